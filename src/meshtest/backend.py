@@ -1,0 +1,155 @@
+"""The ``ShardBackend`` port: what a platform must provide to run meshtest cases.
+
+The platform-agnostic core (everything in :mod:`meshtest` except :mod:`meshtest.backends`)
+talks to tensors, meshes and process groups only through this interface, and never imports
+torch or mindspore. A backend supplies primitives; shared policy (comparison, step order,
+result records) stays in the core.
+
+Adding a platform — a minimal complete example::
+
+    # my_pkg/my_backend.py
+    import numpy as np
+    import my_framework as mf
+    from meshtest.backend import ShardBackend
+
+    class MyBackend(ShardBackend):
+        platform = "myfw"
+
+        def init(self, device_kind, timeout_s):
+            mf.dist.init(backend="ccl", timeout=timeout_s)
+        def rank(self): return mf.dist.get_rank()
+        def world_size(self): return mf.dist.get_world_size()
+        def make_mesh(self, shape, names): return mf.DeviceMesh(shape, names)
+        def make_tensor(self, array, dtype, requires_grad=False):
+            return mf.tensor(array, dtype=getattr(mf, dtype))
+        def clone(self, tensor): return tensor.clone()
+        def distribute(self, tensor, mesh, placements):
+            return mf.distribute_tensor(tensor, mesh, [self.to_platform(p) for p in placements])
+        def local_to_global(self, tensor): return tensor.full_tensor()
+        def is_tensor(self, obj): return isinstance(obj, mf.Tensor)
+        def to_numpy(self, tensor): return tensor.float().numpy()
+        def dtype_name(self, tensor): return str(tensor.dtype)
+        def recover_after_failure(self, timeout_s): mf.dist.barrier(); return True
+        def shutdown(self): mf.dist.destroy()
+
+    # then register it (before running) with
+    register_backend(BackendInfo("myfw", "my_pkg.my_backend:MyBackend", launcher="torchrun"))
+"""
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Dict, Sequence, Tuple
+
+import numpy as np
+
+from .placement import Placement
+
+
+class ShardBackend(ABC):
+    """Port for one platform (seed 000 §8.3). One instance per rank process."""
+
+    #: platform name case targets declare (``meshtest_cases(platform=...)``).
+    platform: str = ""
+
+    @abstractmethod
+    def init(self, device_kind: str, timeout_s: float) -> None:
+        """Initialise the distributed runtime for this rank (``maybe_init_dist``).
+
+        :param device_kind: ``"cpu"`` or ``"npu"``.
+        :param timeout_s: collective timeout in seconds; must be shorter than a case deadline.
+        """
+
+    @abstractmethod
+    def rank(self) -> int:
+        """This process's global rank, ``0 <= rank < world_size``."""
+
+    @abstractmethod
+    def world_size(self) -> int:
+        """Number of rank processes in the launch."""
+
+    @abstractmethod
+    def make_mesh(self, shape: Tuple[int, ...], names: Tuple[str, ...]) -> Any:
+        """Create the DeviceMesh of ``shape`` with axis ``names`` over all ranks."""
+
+    @abstractmethod
+    def make_tensor(self, array: np.ndarray, dtype: str, requires_grad: bool = False) -> Any:
+        """Platform tensor with ``array``'s values, cast to the platform-agnostic ``dtype``."""
+
+    @abstractmethod
+    def clone(self, tensor: Any) -> Any:
+        """An independent copy (the reference may modify its inputs in place)."""
+
+    @abstractmethod
+    def distribute(self, tensor: Any, mesh: Any, placements: Sequence[Placement]) -> Any:
+        """Distribute a full tensor by ``placements`` (one per mesh dimension)."""
+
+    @abstractmethod
+    def local_to_global(self, tensor: Any) -> Any:
+        """Gather a distributed output into a full tensor on every rank.
+
+        A plain (non-distributed) tensor is returned unchanged: it is taken to be the full value.
+        """
+
+    @abstractmethod
+    def is_tensor(self, obj: Any) -> bool:
+        """Whether ``obj`` is a tensor of this platform (plain or distributed)."""
+
+    @abstractmethod
+    def to_numpy(self, tensor: Any) -> np.ndarray:
+        """Values of a full tensor as NumPy (low-precision floats widened to float32)."""
+
+    @abstractmethod
+    def dtype_name(self, tensor: Any) -> str:
+        """Platform-agnostic dtype name of ``tensor`` (see :data:`meshtest.spec.DTYPES`)."""
+
+    @abstractmethod
+    def recover_after_failure(self, timeout_s: float) -> bool:
+        """Health probe after a non-assertion error: a collective bounded by ``timeout_s``.
+
+        :returns: ``True`` when the process group still works, ``False`` when the launch must end.
+        """
+
+    @abstractmethod
+    def shutdown(self) -> None:
+        """Close the distributed runtime."""
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """Where a platform's backend lives, named by string so the core never imports it.
+
+    :param platform: platform name.
+    :param target: ``"module.path:ClassName"`` of the :class:`ShardBackend` subclass.
+    :param launcher: launcher kind the parent uses (see :mod:`meshtest.launcher`).
+    """
+
+    platform: str
+    target: str
+    launcher: str
+
+
+_BACKENDS: Dict[str, BackendInfo] = {}
+
+
+def register_backend(info: BackendInfo) -> None:
+    """Make ``info.platform`` available to the runner and the ranks."""
+    _BACKENDS[info.platform] = info
+
+
+def backend_info(platform: str) -> BackendInfo:
+    """:raises KeyError: with the known platforms, when ``platform`` is not registered."""
+    try:
+        return _BACKENDS[platform]
+    except KeyError:
+        raise KeyError(f"unknown platform {platform!r}; known: {sorted(_BACKENDS)}") from None
+
+
+def load_backend(platform: str) -> ShardBackend:
+    """Import and instantiate the backend of ``platform`` (rank side only)."""
+    module, _, cls = backend_info(platform).target.partition(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+register_backend(BackendInfo("torch", "meshtest.backends.torch_gloo:TorchGlooBackend", launcher="torchrun"))

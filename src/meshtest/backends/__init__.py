@@ -1,0 +1,1 @@
+"""Platform adapters of the :class:`meshtest.backend.ShardBackend` port (these import their platform)."""

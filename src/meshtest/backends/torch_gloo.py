@@ -1,0 +1,104 @@
+"""``TorchGlooBackend``: torch.distributed.tensor on CPU with the gloo process group.
+
+Uses torch's public DTensor API as the system under test: ``init_device_mesh``,
+``distribute_tensor`` (default ``src_data_rank=0``) and ``DTensor.full_tensor``.
+"""
+from __future__ import annotations
+
+import datetime
+from typing import Any, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import Partial as TPartial
+from torch.distributed.tensor import Replicate as TReplicate
+from torch.distributed.tensor import Shard as TShard
+
+from ..backend import ShardBackend
+from ..placement import Partial, Placement, Replicate, Shard
+
+_DTYPES = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "int8": torch.int8,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+_NAMES = {v: k for k, v in _DTYPES.items()}
+
+
+def to_torch_placement(p: Placement):
+    """meshtest placement → ``torch.distributed.tensor`` placement."""
+    if isinstance(p, Shard):
+        return TShard(p.dim)
+    if isinstance(p, Replicate):
+        return TReplicate()
+    if isinstance(p, Partial):
+        return TPartial(p.reduce_op)
+    raise TypeError(f"unknown placement {p!r}")
+
+
+class TorchGlooBackend(ShardBackend):
+    """Torch on CPU over gloo; the launch is torchrun (RANK/WORLD_SIZE/MASTER_* from its env)."""
+
+    platform = "torch"
+
+    def init(self, device_kind: str, timeout_s: float) -> None:
+        if device_kind != "cpu":
+            raise RuntimeError(f"TorchGlooBackend runs on device kind 'cpu', not {device_kind!r}")
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
+
+    def rank(self) -> int:
+        return dist.get_rank()
+
+    def world_size(self) -> int:
+        return dist.get_world_size()
+
+    def make_mesh(self, shape: Tuple[int, ...], names: Tuple[str, ...]) -> Any:
+        return init_device_mesh("cpu", tuple(shape), mesh_dim_names=tuple(names))
+
+    def make_tensor(self, array: np.ndarray, dtype: str, requires_grad: bool = False) -> Any:
+        t = torch.from_numpy(np.ascontiguousarray(array)).to(_DTYPES[dtype])
+        return t.requires_grad_(True) if requires_grad else t
+
+    def clone(self, tensor: Any) -> Any:
+        c = tensor.detach().clone()
+        return c.requires_grad_(tensor.requires_grad)
+
+    def distribute(self, tensor: Any, mesh: Any, placements: Sequence[Placement]) -> Any:
+        d = distribute_tensor(tensor.detach(), mesh, [to_torch_placement(p) for p in placements])
+        return d.requires_grad_(tensor.requires_grad)
+
+    def local_to_global(self, tensor: Any) -> Any:
+        return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+    def is_tensor(self, obj: Any) -> bool:
+        return isinstance(obj, torch.Tensor)
+
+    def to_numpy(self, tensor: Any) -> np.ndarray:
+        t = tensor.detach()
+        if t.dtype in (torch.float16, torch.bfloat16):
+            t = t.float()
+        return t.contiguous().numpy()
+
+    def dtype_name(self, tensor: Any) -> str:
+        return _NAMES.get(tensor.dtype, str(tensor.dtype).replace("torch.", ""))
+
+    def recover_after_failure(self, timeout_s: float) -> bool:
+        try:
+            work = dist.barrier(async_op=True)
+            return bool(work.wait(timeout=datetime.timedelta(seconds=timeout_s)))
+        except RuntimeError:
+            return False
+
+    def shutdown(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,105 @@
+"""Command line: ``python -m meshtest`` (seed 000 §8.8).
+
+Examples::
+
+    python -m meshtest cases/torch/case_sort.py                 # every case of the file
+    python -m meshtest cases/torch/case_sort.py::sort_2d_dp     # one case
+    python -m meshtest cases/torch/*.py --case 'sort_*' --tag cpu_level0
+    MESHTEST_CASE_FILTER='sort_*,topk_*' python -m meshtest cases/torch/case_sort.py
+    python -m meshtest scan cases/torch/case_sort.py            # static scan as JSON
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from typing import List, Optional, Sequence, Tuple
+
+from .errors import SelectionError
+from .runner import DEFAULT_CASE_TIMEOUT_S, RunOptions, run
+from .scan import scan_case_file
+
+#: Environment variable with comma-separated fnmatch patterns of case names to run.
+CASE_FILTER_ENV = "MESHTEST_CASE_FILTER"
+
+
+def _split_specs(specs: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """``file.py::case`` → (files, exact-name patterns)."""
+    files, names = [], []
+    for spec in specs:
+        path, sep, case = spec.partition("::")
+        if path not in files:
+            files.append(path)
+        if sep:
+            names.append(case)
+    return files, names
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m meshtest", description="Run declarative distributed-op cases.")
+    sub = ap.add_subparsers(dest="command")
+    r = sub.add_parser("run", help="run cases (the default command)")
+    r.add_argument("specs", nargs="+", metavar="FILE[::CASE]", help="case files, optionally ::case_name")
+    r.add_argument("--case", action="append", default=[], metavar="PATTERN", help="fnmatch pattern on case names (repeatable)")
+    r.add_argument("--tag", "--gate", action="append", default=[], dest="tags", metavar="TAG",
+                   help="Pants --tag semantics: TAG/+TAG include, -TAG exclude (gate tags and mesh:N)")
+    r.add_argument("--artifacts-dir", default=None, help="where rank logs and results go (default: dist/meshtest/run-<time>)")
+    r.add_argument("--platform", default="torch")
+    r.add_argument("--device-kind", default="cpu", choices=("cpu", "npu"))
+    r.add_argument("--case-timeout", type=float, default=DEFAULT_CASE_TIMEOUT_S, metavar="SECONDS",
+                   help=f"deadline of one case (default {DEFAULT_CASE_TIMEOUT_S:g})")
+    s = sub.add_parser("scan", help="print the static scan of case files as JSON")
+    s.add_argument("files", nargs="+")
+    return ap
+
+
+def _cmd_scan(files: Sequence[str]) -> int:
+    bad = 0
+    for path in files:
+        scan = scan_case_file(path)
+        bad += scan.error is not None
+        print(json.dumps({
+            "file": path, "error": scan.error, "device_need": scan.device_need,
+            "tags": list(scan.target_tags()), "cases": [c.to_json() for c in scan.cases],
+        }))
+    return 1 if bad else 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    files, names = _split_specs(args.specs)
+    missing = [f for f in files if not os.path.isfile(f)]
+    if missing:
+        print(f"meshtest: no such case file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    env_patterns = [p for p in os.environ.get(CASE_FILTER_ENV, "").split(",") if p.strip()]
+    patterns = tuple(names + args.case + [p.strip() for p in env_patterns])
+    out = args.artifacts_dir or os.path.join(
+        "dist", "meshtest", "run-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    )
+    opts = RunOptions(artifacts_dir=out, platform=args.platform, device_kind=args.device_kind,
+                      tag_filters=tuple(args.tags), name_patterns=patterns, case_timeout_s=args.case_timeout)
+    try:
+        result = run(files, opts)
+    except SelectionError as e:
+        print(f"meshtest: {e}", file=sys.stderr)
+        return 2
+    print(f"meshtest: {result.launches} launch(es); artifacts in {out}")
+    if not result.outcomes:
+        print(f"meshtest: no case selected (device kind {args.device_kind}, tags {args.tags or 'any'})")
+        return 0
+    return 0 if result.ok else 1
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in ("run", "scan", "-h", "--help"):
+        argv.insert(0, "run")
+    args = _parser().parse_args(argv)
+    if args.command == "scan":
+        return _cmd_scan(args.files)
+    if args.command == "run":
+        return _cmd_run(args)
+    _parser().print_help()
+    return 2

@@ -1,0 +1,63 @@
+"""Comparison of a gathered distributed output with its single-device reference.
+
+Shared policy lives here, in the core, so every platform compares the same way; a backend
+only turns its tensors into NumPy arrays (``ShardBackend.to_numpy``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .spec import CompareSpec
+
+
+class CompareError(AssertionError):
+    """The distributed output differs from the reference; the message says how."""
+
+
+def compare_arrays(
+    expected: np.ndarray,
+    actual: np.ndarray,
+    expected_dtype: str,
+    actual_dtype: str,
+    spec: CompareSpec,
+    label: str = "output",
+) -> None:
+    """Check ``actual`` against ``expected`` by ``spec``.
+
+    Shape and dtype always must match. ``allclose`` checks
+    ``|actual - expected| <= atol + rtol * |expected|`` elementwise with NaNs equal
+    (NumPy's ``isclose`` rule, computed in float64); ``equal`` needs identical values.
+
+    :param expected_dtype: platform-agnostic dtype name of the reference (e.g. ``"bfloat16"``).
+    :param actual_dtype: the same for the gathered output.
+    :param label: names the output in messages, e.g. ``"output[1]"``.
+    :raises CompareError: with shape/dtype or the count, largest difference and its index.
+    """
+    if tuple(expected.shape) != tuple(actual.shape):
+        raise CompareError(f"{label}: shape {tuple(actual.shape)} != reference shape {tuple(expected.shape)}")
+    if expected_dtype != actual_dtype:
+        raise CompareError(f"{label}: dtype {actual_dtype} != reference dtype {expected_dtype}")
+    if spec.kind == "shape":
+        return
+    if spec.kind == "equal":
+        ok = np.array_equal(expected, actual, equal_nan=expected.dtype.kind == "f")
+        if not ok:
+            bad = expected != actual
+            idx = tuple(int(i) for i in np.argwhere(bad)[0]) if expected.ndim else ()
+            raise CompareError(
+                f"{label}: {int(bad.sum())} of {expected.size} elements differ (equal() expected); "
+                f"first at index {idx}: got {actual[idx]!r}, expected {expected[idx]!r}"
+            )
+        return
+    e = expected.astype(np.float64)
+    a = actual.astype(np.float64)
+    close = np.isclose(a, e, rtol=spec.rtol, atol=spec.atol, equal_nan=True)
+    if not close.all():
+        diff = np.where(close, 0.0, np.abs(a - e))
+        diff = np.nan_to_num(diff, nan=np.inf)
+        worst = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.ndim else ()
+        raise CompareError(
+            f"{label}: {int((~close).sum())} of {close.size} elements outside rtol={spec.rtol:g} atol={spec.atol:g}; "
+            f"max abs diff {float(diff[worst]):.6g} at index {tuple(int(i) for i in worst)} "
+            f"(got {float(a[worst]):.6g}, expected {float(e[worst]):.6g})"
+        )

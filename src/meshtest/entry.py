@@ -1,0 +1,208 @@
+"""Rank entry: what every rank process of a launch runs (``python -m meshtest.entry --plan P``).
+
+Per case, in the plan's order (identical on every rank), the pipeline of seed 000 §8.7:
+``build → (derive) → reference → distribute → run → gather → compare``. A case's error is
+caught and recorded with the step it happened in; the next case still runs unless the
+health probe finds the process group broken. Each rank writes ``rank<k>.jsonl`` (one result
+line per case, then a ``rank_done`` line once every case is recorded) and ``rank<k>.log``
+(its stdout/stderr, including native output) into the plan's ``out_dir``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from .backend import ShardBackend, load_backend
+from .compare import CompareError, compare_arrays
+from .errors import CaseFileError, MeshtestError
+from .planner import read_plan
+from .registry import Registry, check_against_scan, load_case_file
+from .scan import ScannedCase, scan_case_file
+from .spec import OpShardCase
+
+log = logging.getLogger("meshtest.rank")
+
+#: Pipeline steps in order; ``load`` and ``setup`` are reported for failures before a case starts.
+STEPS = ("load", "build", "derive", "reference", "distribute", "run", "gather", "compare")
+
+
+@dataclass
+class CaseResult:
+    """One rank's result for one case (one JSONL line).
+
+    :ivar status: ``pass``, ``fail`` (comparison), ``error`` (any other exception),
+        ``xfail`` / ``xpass`` (for ``known_failure`` cases), ``not_run`` (launch ended early).
+    :ivar step: the last step reached (the failing one for fail/error).
+    :ivar duration_s: wall-clock seconds of the whole case on this rank.
+    """
+
+    case: str
+    file: str
+    group: str
+    rank: int
+    status: str
+    step: str
+    duration_s: float
+    error: str = ""
+
+
+def _outputs(obj: Any, backend: ShardBackend, what: str) -> Tuple[Any, ...]:
+    if backend.is_tensor(obj):
+        return (obj,)
+    if isinstance(obj, (tuple, list)) and obj:
+        return tuple(obj)
+    raise TypeError(f"{what} returned {type(obj).__name__}, not a tensor or a tuple of tensors")
+
+
+def _select(outs: Tuple[Any, ...], case: OpShardCase) -> List[Tuple[int, Any]]:
+    idx = case.compare_outputs if case.compare_outputs is not None else tuple(range(len(outs)))
+    bad = [i for i in idx if i >= len(outs)]
+    if bad:
+        raise IndexError(
+            f"case {case.name!r}: compare_outputs {case.compare_outputs} out of range: fn returned {len(outs)} output(s)"
+        )
+    return [(i, outs[i]) for i in idx]
+
+
+def run_case(case: OpShardCase, backend: ShardBackend, mesh: Any) -> Tuple[str, str, str]:
+    """Run one case's pipeline on this rank.
+
+    :returns: ``(status, step, error)`` with status ``pass``/``fail``/``error`` (before the
+        ``known_failure`` mapping).
+    """
+    step = "build"
+    try:
+        full = [
+            backend.make_tensor(s.build_numpy(case.input_seed(i)), s.dtype, s.requires_grad)
+            for i, s in enumerate(case.inputs)
+        ]
+        step = "derive"
+        derived = [d.fn(*[backend.clone(t) for t in full]) for d in case.derived_inputs]
+        step = "reference"
+        ref_kwargs = {"mesh": None} if case.needs_mesh else {}
+        expected = _outputs(case.fn(*[backend.clone(t) for t in full + derived], **ref_kwargs), backend, "fn (reference)")
+        step = "distribute"
+        placements = list(case.placements) + [d.placements for d in case.derived_inputs]
+        dist_inputs = [backend.distribute(t, mesh, p) for t, p in zip(full + derived, placements)]
+        step = "run"
+        run_kwargs = {"mesh": mesh} if case.needs_mesh else {}
+        actual = _outputs(case.fn(*dist_inputs, **run_kwargs), backend, "fn (distributed)")
+        if len(actual) != len(expected):
+            raise ValueError(f"fn returned {len(actual)} output(s) distributed but {len(expected)} on the reference")
+        step = "gather"
+        gathered = [(i, backend.local_to_global(o)) for i, o in _select(actual, case)]
+        step = "compare"
+        for i, g in gathered:
+            e = expected[i]
+            if not backend.is_tensor(e) or not backend.is_tensor(g):
+                raise TypeError(f"output[{i}] is {type(g).__name__}, not a tensor; compare_outputs can leave it out")
+            compare_arrays(
+                backend.to_numpy(e), backend.to_numpy(g), backend.dtype_name(e), backend.dtype_name(g),
+                case.compare, label=f"output[{i}]",
+            )
+        return "pass", step, ""
+    except CompareError as e:
+        return "fail", step, str(e)
+    except Exception as e:  # a case's own error must not stop the others
+        return "error", step, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-4)}"
+
+
+def final_status(case: OpShardCase, status: str) -> str:
+    """Map a raw status through ``known_failure``: fail/error → ``xfail``, pass → ``xpass``."""
+    if case.known_failure is None:
+        return status
+    return "xpass" if status == "pass" else "xfail"
+
+
+def _load_cases(plan_cases: List[ScannedCase]) -> Tuple[Dict[str, OpShardCase], Dict[str, str]]:
+    """Import each file of the plan once, check it against a fresh static scan.
+
+    :returns: (cases by name, load error by file).
+    """
+    registry = Registry()
+    cases: Dict[str, OpShardCase] = {}
+    errors: Dict[str, str] = {}
+    for file in dict.fromkeys(c.file for c in plan_cases):
+        try:
+            scan = scan_case_file(file)
+            if scan.error:
+                raise CaseFileError(file, "static-scan", scan.error)
+            loaded = load_case_file(file, registry)
+            check_against_scan(scan, loaded)
+            cases.update((c.name, c) for c in loaded)
+        except MeshtestError as e:
+            errors[file] = str(e)
+    return cases, errors
+
+
+def _redirect_output(out_dir: str, rank: int) -> None:
+    """Send this process's fd 1 and 2 (Python and native output) to ``rank<k>.log``."""
+    fd = os.open(os.path.join(out_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s rank{rank} %(message)s", force=True)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run one launch's plan on this rank; exit code 0 once every result is recorded."""
+    ap = argparse.ArgumentParser(prog="meshtest.entry")
+    ap.add_argument("--plan", required=True, help="launch plan JSON written by the runner")
+    args = ap.parse_args(argv)
+    plan = read_plan(args.plan)
+    out_dir = plan["out_dir"]
+    rank = int(os.environ.get("RANK", "0"))
+    _redirect_output(out_dir, rank)
+    log.info("group %s: %d case(s), mesh %s %s", plan["group_id"], len(plan["cases"]), plan["mesh_shape"], plan["mesh_dim_names"])
+    with open(os.path.join(out_dir, f"rank{rank}.jsonl"), "a", encoding="utf-8") as results:
+
+        def record(r: CaseResult) -> None:
+            results.write(json.dumps(asdict(r)) + "\n")
+            results.flush()
+            log.info("case %s: %s at step %s (%.3fs)%s", r.case, r.status, r.step, r.duration_s, f"\n{r.error}" if r.error else "")
+
+        cases, load_errors = _load_cases(plan["cases"])
+        backend = load_backend(plan["platform"])
+        backend.init(plan["device_kind"], timeout_s=float(plan["case_timeout_s"]) / 2)
+        mesh = backend.make_mesh(tuple(plan["mesh_shape"]), tuple(plan["mesh_dim_names"]))
+        broken = ""
+        for sc in plan["cases"]:
+            t0 = time.perf_counter()
+            if broken:
+                record(CaseResult(sc.name, sc.file, plan["group_id"], rank, "not_run", "load", 0.0, broken))
+                continue
+            if sc.file in load_errors:
+                record(CaseResult(sc.name, sc.file, plan["group_id"], rank, "error", "load", 0.0, load_errors[sc.file]))
+                continue
+            case = cases[sc.name]
+            log.info("case %s: start", case.name)
+            status, step, error = run_case(case, backend, mesh)
+            record(CaseResult(case.name, sc.file, plan["group_id"], rank, final_status(case, status), step,
+                              time.perf_counter() - t0, error))
+            if status == "error" and not backend.recover_after_failure(timeout_s=float(plan["case_timeout_s"]) / 4):
+                broken = f"not run: the process group failed its health probe after case {case.name!r} errored"
+        results.write(json.dumps({"event": "rank_done", "rank": rank}) + "\n")
+        results.flush()
+    if not broken:
+        backend.recover_after_failure(timeout_s=float(plan["case_timeout_s"]))  # closing barrier
+        backend.shutdown()
+    log.info("rank done")
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: gloo's threads can abort the process during static
+    # destruction after all work is done (see WORKSPACE-notes.md, "teardown aborts").
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

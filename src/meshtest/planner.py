@@ -1,0 +1,150 @@
+"""Suite planning: select cases and group them into launches (seed 000 §3.4, §8.6).
+
+One group is one launch of ``prod(mesh_shape)`` ranks that runs its cases in a fixed order.
+Cases share a group when their meshes are interchangeable: same shape, and — for ordinary
+ops, whose axis names are only labels — names normalised by ndim (``d0, d1, ...``). Cases
+with ``needs_mesh=True`` read real axis names, so they keep them and only share with cases
+of the same names. ``solo_launcher=True`` cases get a group of their own.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from . import rules
+from .errors import SelectionError
+from .scan import ScannedCase
+
+PLAN_VERSION = 1
+
+
+def normalised_dim_names(ndim: int) -> Tuple[str, ...]:
+    """Axis names given to a mesh whose cases use names only as labels: ``("d0", "d1", ...)``."""
+    return tuple(f"d{i}" for i in range(ndim))
+
+
+@dataclass(frozen=True)
+class Group:
+    """One launch: a mesh and the cases that run on it, in order.
+
+    :ivar group_id: stable, filesystem-safe id, e.g. ``w4-2x2`` or ``w4-2x2-dp.tp-solo-foo``;
+        used for artifact paths (never derived from Python's salted ``hash``).
+    """
+
+    group_id: str
+    mesh_shape: Tuple[int, ...]
+    mesh_dim_names: Tuple[str, ...]
+    cases: Tuple[ScannedCase, ...]
+
+    @property
+    def world_size(self) -> int:
+        return rules.world_size(self.mesh_shape)
+
+
+def _group_key(c: ScannedCase) -> tuple:
+    names = c.mesh_dim_names if (c.needs_mesh and c.mesh_dim_names) else normalised_dim_names(len(c.mesh_shape))
+    solo = c.name if c.solo_launcher else ""
+    return (c.world_size, c.mesh_shape, names, solo)
+
+
+def plan_groups(cases: Iterable[ScannedCase]) -> List[Group]:
+    """Group ``cases`` into launches.
+
+    Order is deterministic: groups by (world size, mesh shape, axis names, solo case name);
+    cases inside a group by (file, line). Every rank of a launch reads the same plan file,
+    so all ranks run the same cases in the same order (seed 000 C2).
+    """
+    buckets: Dict[tuple, List[ScannedCase]] = {}
+    for c in cases:
+        buckets.setdefault(_group_key(c), []).append(c)
+    groups = []
+    for key in sorted(buckets):
+        ws, shape, names, solo = key
+        gid = f"w{ws}-" + "x".join(map(str, shape))
+        if names != normalised_dim_names(len(shape)):
+            gid += "-" + ".".join(names)
+        if solo:
+            gid += "-solo-" + "".join(ch if ch.isalnum() or ch in "_.-" else "_" for ch in solo)
+        members = tuple(sorted(buckets[key], key=lambda c: (c.file, c.lineno)))
+        groups.append(Group(gid, shape, names, members))
+    return groups
+
+
+def case_tags(c: ScannedCase) -> Tuple[str, ...]:
+    """Tags a case answers to in filters: its gate tags and ``mesh:<world size>``."""
+    return tuple(c.tags) + (f"mesh:{c.world_size}",)
+
+
+def select_cases(
+    cases: Sequence[ScannedCase],
+    device_kind: str,
+    tag_filters: Sequence[str] = (),
+    name_patterns: Sequence[str] = (),
+) -> List[ScannedCase]:
+    """Pick the cases to run.
+
+    :param device_kind: ``"cpu"`` or ``"npu"``: only cases with a gate tag of this kind run.
+    :param tag_filters: Pants ``--tag`` semantics: ``t`` or ``+t`` includes cases having any
+        included tag; ``-t`` excludes cases having it. Gate tags of another device kind are
+        ignored here (they only select build targets).
+    :param name_patterns: ``fnmatch`` patterns on case names; a case runs if any matches
+        (empty: all). Patterns that match no case raise :class:`SelectionError`.
+    """
+    include = [t.lstrip("+") for t in tag_filters if not t.startswith("-")]
+    include = [t for t in include if not (t in rules.GATE_TAGS and rules.device_kind_of(t) != device_kind)]
+    exclude = [t[1:] for t in tag_filters if t.startswith("-")]
+    out = []
+    for c in cases:
+        tags = case_tags(c)
+        if not any(rules.device_kind_of(t) == device_kind for t in c.tags):
+            continue
+        if include and not any(t in tags for t in include):
+            continue
+        if any(t in tags for t in exclude):
+            continue
+        out.append(c)
+    if name_patterns:
+        unmatched = [p for p in name_patterns if not any(fnmatch.fnmatchcase(c.name, p) for c in out)]
+        if unmatched:
+            raise SelectionError(
+                f"case filter {unmatched} matches no selected case (device kind {device_kind!r}, "
+                f"tags {list(tag_filters) or 'any'}); known cases: {sorted(c.name for c in cases)[:20]}"
+            )
+        out = [c for c in out if any(fnmatch.fnmatchcase(c.name, p) for p in name_patterns)]
+    return out
+
+
+def write_plan(path: str, group: Group, *, platform: str, device_kind: str, out_dir: str, case_timeout_s: float) -> None:
+    """Write the versioned launch plan that every rank of ``group`` reads (``--plan PATH``).
+
+    One file per launch carries every setting the ranks need (no settings smuggled through
+    environment variables).
+    """
+    doc = {
+        "version": PLAN_VERSION,
+        "group_id": group.group_id,
+        "platform": platform,
+        "device_kind": device_kind,
+        "mesh_shape": list(group.mesh_shape),
+        "mesh_dim_names": list(group.mesh_dim_names),
+        "out_dir": out_dir,
+        "case_timeout_s": case_timeout_s,
+        "cases": [c.to_json() for c in group.cases],
+    }
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+
+
+def read_plan(path: str) -> dict:
+    """Read a launch plan written by :func:`write_plan`.
+
+    :raises ValueError: the plan's version is not :data:`PLAN_VERSION`.
+    """
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    if doc.get("version") != PLAN_VERSION:
+        raise ValueError(f"{path}: launch plan version {doc.get('version')!r}, this meshtest reads {PLAN_VERSION}")
+    doc["cases"] = [ScannedCase.from_json(c) for c in doc["cases"]]
+    return doc

@@ -1,0 +1,138 @@
+"""Registration and loading of case files on the rank side.
+
+``register()`` is what case files call. :func:`load_case_file` imports one file by path and
+returns the cases it registered; :func:`check_against_scan` then compares them with the
+static scan that planned the run (:mod:`meshtest.scan`) and fails loudly on any
+difference, so the planner and the ranks can never work from two drifting case lists.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+from typing import Dict, Iterator, List, Optional
+
+from .errors import CaseDeclarationError, CaseFileError
+from .scan import FileScan, ScannedCase
+from .spec import OpShardCase
+
+
+class Registry:
+    """Cases registered while loading one or more case files, keyed by name (unique)."""
+
+    def __init__(self) -> None:
+        self._cases: Dict[str, OpShardCase] = {}
+        self._files: Dict[str, str] = {}
+
+    def add(self, case: OpShardCase, file: str) -> OpShardCase:
+        """Validate and add ``case`` declared in ``file``.
+
+        :raises CaseDeclarationError: a rule is broken, or rule ``duplicate-name`` when the name
+            is already registered (the message names both files).
+        """
+        if not isinstance(case, OpShardCase):
+            raise CaseDeclarationError(file, None, "register", f"register() takes an OpShardCase; got {type(case).__name__}")
+        case = case.validated(file)
+        if case.name in self._cases:
+            raise CaseDeclarationError(
+                file, case.name, "duplicate-name", f"already registered by {self._files[case.name]}"
+            )
+        self._cases[case.name] = case
+        self._files[case.name] = file
+        return case
+
+    def cases(self, file: Optional[str] = None) -> List[OpShardCase]:
+        """Registered cases in registration order, optionally only those of ``file``."""
+        return [c for n, c in self._cases.items() if file is None or self._files[n] == file]
+
+    def get(self, name: str) -> OpShardCase:
+        return self._cases[name]
+
+
+_ACTIVE: List[tuple] = []  # stack of (registry, file) while a case file is being imported
+_DEFAULT = Registry()
+
+
+def register(case: OpShardCase) -> OpShardCase:
+    """Register ``case`` with the registry of the case file being loaded.
+
+    Case files call this at module top level (the static scan requires it). Outside
+    :func:`load_case_file` the case goes to a process-wide default registry.
+
+    :returns: the validated case.
+    :raises CaseDeclarationError: see :meth:`Registry.add`.
+    """
+    if _ACTIVE:
+        registry, file = _ACTIVE[-1]
+    else:
+        registry = _DEFAULT
+        file = inspect.stack()[1].filename
+    return registry.add(case, file)
+
+
+@contextlib.contextmanager
+def _activate(registry: Registry, file: str) -> Iterator[None]:
+    _ACTIVE.append((registry, file))
+    try:
+        yield
+    finally:
+        _ACTIVE.pop()
+
+
+def _module_name(path: str) -> str:
+    stem = os.path.splitext(os.path.normpath(path))[0]
+    return "meshtest_cases." + "".join(ch if ch.isalnum() else "_" for ch in stem)
+
+
+def load_case_file(path: str, registry: Registry) -> List[OpShardCase]:
+    """Import the case file at ``path`` and return the cases it registered into ``registry``.
+
+    :raises CaseDeclarationError: a declaration breaks a rule.
+    :raises CaseFileError: rule ``import``: the file raised while being imported (the
+        traceback is in the message).
+    """
+    name = _module_name(path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CaseFileError(path, "import", "not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    with _activate(registry, path):
+        try:
+            spec.loader.exec_module(module)
+        except CaseDeclarationError:
+            raise
+        except Exception:  # the user's file failed: keep its traceback for the report
+            raise CaseFileError(path, "import", "importing the case file raised:\n" + traceback.format_exc()) from None
+    return registry.cases(path)
+
+
+def check_against_scan(scan: FileScan, loaded: List[OpShardCase]) -> None:
+    """Fail when what ``loaded`` registered differs from what the static scan declared.
+
+    Compares, per case: presence, order, mesh shape, axis names, tags, ``needs_mesh`` and
+    ``solo_launcher``.
+
+    :raises CaseFileError: rule ``scan-mismatch``, listing every difference.
+    """
+    problems = []
+    scanned = [c.name for c in scan.cases]
+    names = [c.name for c in loaded]
+    if scanned != names:
+        problems.append(f"static scan found cases {scanned} but importing the file registered {names}")
+    by_name = {c.name: c for c in loaded}
+    for sc in scan.cases:
+        case = by_name.get(sc.name)
+        if case is None:
+            continue
+        got = ScannedCase(
+            file=sc.file, name=case.name, mesh_shape=case.mesh_shape, mesh_dim_names=case.mesh_dim_names,
+            tags=case.tags, needs_mesh=case.needs_mesh, solo_launcher=case.solo_launcher, lineno=sc.lineno,
+        )
+        if got != sc:
+            problems.append(f"case {sc.name!r}: scanned {sc.to_json()} but registered {got.to_json()}")
+    if problems:
+        raise CaseFileError(scan.path, "scan-mismatch", "; ".join(problems))

@@ -1,0 +1,155 @@
+"""The declaration rules, shared by registration (:mod:`meshtest.spec`) and the static scan
+(:mod:`meshtest.scan`), so both reject the same files with the same words.
+
+Each ``check_*`` function raises :class:`meshtest.errors.CaseDeclarationError` with the
+rule id in its name, e.g. ``check_mesh_shape`` → rule ``mesh-shape``.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Optional, Sequence, Tuple
+
+from .errors import CaseDeclarationError
+
+#: Gate tags, ``{platform}_{level}`` (seed 000 §8.5). ``*_level0`` gates are PR gates
+#: (fail-fast); ``*_level1`` gates are extended regressions (collect every failure).
+GATE_TAGS = ("cpu_level0", "cpu_level1", "npu_level0", "npu_level1")
+
+#: Device kinds a gate tag's prefix may name.
+DEVICE_KINDS = ("cpu", "npu")
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-\[\],=+()]+$")
+
+
+def device_kind_of(tag: str) -> str:
+    """``"cpu_level0"`` → ``"cpu"``."""
+    return tag.split("_", 1)[0]
+
+
+def check_name(file: str, name: Any) -> str:
+    """Rule ``name``: a non-empty string of letters, digits and ``_.-[],=+()`` (no spaces, no ``::``)."""
+    if not isinstance(name, str) or not name or not _NAME_RE.match(name):
+        raise CaseDeclarationError(
+            file, None if not isinstance(name, str) else name, "name",
+            f"case name must be a non-empty string of letters, digits and _.-[],=+() ; got {name!r}",
+        )
+    return name
+
+
+def check_mesh_shape(file: str, case: str, mesh_shape: Any) -> Tuple[int, ...]:
+    """Rule ``mesh-shape``: a non-empty tuple of ints ≥ 1; world size = prod(mesh_shape)."""
+    if (
+        not isinstance(mesh_shape, (tuple, list))
+        or not mesh_shape
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in mesh_shape)
+    ):
+        raise CaseDeclarationError(
+            file, case, "mesh-shape",
+            f"mesh_shape must be a non-empty tuple of integers >= 1, e.g. (2, 2); got {mesh_shape!r}",
+        )
+    return tuple(mesh_shape)
+
+
+def check_mesh_dim_names(file: str, case: str, mesh_shape: Tuple[int, ...], names: Any) -> Optional[Tuple[str, ...]]:
+    """Rule ``mesh-dim-names``: ``None`` or one distinct non-empty string per mesh dimension."""
+    if names is None:
+        return None
+    if not isinstance(names, (tuple, list)) or not all(isinstance(n, str) and n for n in names):
+        raise CaseDeclarationError(
+            file, case, "mesh-dim-names", f"mesh_dim_names must be a tuple of strings; got {names!r}"
+        )
+    if len(names) != len(mesh_shape):
+        raise CaseDeclarationError(
+            file, case, "mesh-dim-names",
+            f"mesh_dim_names has {len(names)} name(s) {tuple(names)!r} but mesh_shape "
+            f"{mesh_shape!r} has {len(mesh_shape)} dimension(s); give one name per mesh dimension",
+        )
+    if len(set(names)) != len(names):
+        raise CaseDeclarationError(file, case, "mesh-dim-names", f"mesh_dim_names must be distinct; got {names!r}")
+    return tuple(names)
+
+
+def check_tags(file: str, case: str, tags: Any) -> Tuple[str, ...]:
+    """Rule ``gate-tag``: every tag is one of :data:`GATE_TAGS`."""
+    if isinstance(tags, str) or not isinstance(tags, (tuple, list)):
+        raise CaseDeclarationError(
+            file, case, "gate-tag", f"tags must be a tuple of gate tags such as ('cpu_level0',); got {tags!r}"
+        )
+    for tag in tags:
+        if tag not in GATE_TAGS:
+            raise CaseDeclarationError(
+                file, case, "gate-tag",
+                f"unknown gate tag {tag!r}; gate tags are {', '.join(GATE_TAGS)}",
+            )
+    return tuple(tags)
+
+
+def check_flag(file: str, case: str, field: str, value: Any) -> bool:
+    """Rule ``flag``: ``needs_mesh`` / ``solo_launcher`` are plain booleans."""
+    if not isinstance(value, bool):
+        raise CaseDeclarationError(file, case, "flag", f"{field} must be True or False; got {value!r}")
+    return value
+
+
+def check_placements(
+    file: str,
+    case: str,
+    mesh_shape: Tuple[int, ...],
+    shapes: Sequence[Tuple[int, ...]],
+    placements: Any,
+    what: str = "inputs",
+) -> Tuple[tuple, ...]:
+    """Rules ``placement-count``, ``placement-arity``, ``placement-kind`` and ``shard-dim``.
+
+    :param shapes: the full shape of each input the placements apply to.
+    :param placements: one tuple per input, each with one placement per mesh dimension.
+    :returns: the placements with every ``Shard(d)`` normalised to ``d >= 0``.
+    """
+    from .placement import PARTIAL_REDUCE_OPS, Partial, Placement, Replicate, Shard
+
+    if not isinstance(placements, (tuple, list)) or len(placements) != len(shapes):
+        n = len(placements) if isinstance(placements, (tuple, list)) else placements
+        raise CaseDeclarationError(
+            file, case, "placement-count",
+            f"{len(shapes)} {what} but {n!r} placement tuple(s); give one placement tuple per input",
+        )
+    out = []
+    for i, (shape, per_input) in enumerate(zip(shapes, placements)):
+        if not isinstance(per_input, (tuple, list)) or len(per_input) != len(mesh_shape):
+            raise CaseDeclarationError(
+                file, case, "placement-arity",
+                f"{what}[{i}] placements {per_input!r} must have one placement per mesh dimension: "
+                f"mesh_shape {mesh_shape!r} has {len(mesh_shape)} (not one per tensor dimension, seed 000 §8.4)",
+            )
+        normalised = []
+        for p in per_input:
+            if not isinstance(p, Placement) or type(p) is Placement:
+                raise CaseDeclarationError(
+                    file, case, "placement-kind",
+                    f"{what}[{i}]: {p!r} is not a placement; use meshtest.Shard(d), Replicate() or Partial(op)",
+                )
+            if isinstance(p, Shard):
+                ndim = len(shape)
+                if not isinstance(p.dim, int) or not -ndim <= p.dim < ndim:
+                    raise CaseDeclarationError(
+                        file, case, "shard-dim",
+                        f"{what}[{i}] has shape {tuple(shape)!r} (rank {ndim}) but is placed {p!r}; "
+                        f"Shard(d) needs -{ndim} <= d < {ndim}",
+                    )
+                p = Shard(p.dim % ndim)
+            elif isinstance(p, Partial) and p.reduce_op not in PARTIAL_REDUCE_OPS:
+                raise CaseDeclarationError(
+                    file, case, "placement-kind",
+                    f"{what}[{i}]: Partial reduce_op {p.reduce_op!r} unknown; use one of {PARTIAL_REDUCE_OPS}",
+                )
+            elif not isinstance(p, (Replicate, Partial, Shard)):
+                raise CaseDeclarationError(file, case, "placement-kind", f"{what}[{i}]: unknown placement {p!r}")
+            normalised.append(p)
+        out.append(tuple(normalised))
+    return tuple(out)
+
+
+def world_size(mesh_shape: Sequence[int]) -> int:
+    """Number of ranks a mesh needs: ``prod(mesh_shape)`` (seed 000 §3.4)."""
+    return math.prod(mesh_shape)

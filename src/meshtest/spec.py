@@ -1,0 +1,279 @@
+"""The declarative model: what to test, not how to launch it (seed 000 §8.1–8.4).
+
+A case file registers :class:`OpShardCase` objects; the runner plans them into launches and
+each rank runs the pipeline ``build → (derive) → reference → distribute → run → gather →
+compare`` (see :mod:`meshtest.entry`). Everything here is platform-agnostic: tensors are
+described by :class:`InputSpec` and built as NumPy arrays, which the platform's
+:class:`meshtest.backend.ShardBackend` turns into its own tensors.
+"""
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import rules
+from .errors import CaseDeclarationError
+
+#: Platform-agnostic dtype names. bfloat16 has no NumPy type: it is built as float32 and
+#: the backend casts it (so its values are the float32 values rounded to bfloat16).
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool")
+#: Input initialisers (seed 000 §8.2).
+INITS = ("randn", "uniform", "ones", "zeros", "arange")
+
+_FLOAT = ("float16", "bfloat16", "float32", "float64")
+
+
+def numpy_dtype(dtype: str) -> np.dtype:
+    """NumPy dtype used to carry values of the platform-agnostic ``dtype`` (bfloat16 → float32)."""
+    return np.dtype("float32" if dtype == "bfloat16" else dtype)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One full (global) input tensor of a case.
+
+    :param shape: full tensor shape; ``()`` is a 0-d tensor. Every dim must be ≥ 1.
+    :param init: ``randn`` (standard normal), ``uniform`` (``[low, high)``; integers for
+        integer dtypes, fair coin for ``bool``), ``ones``, ``zeros`` or ``arange``
+        (``0 .. numel-1`` in row-major order).
+    :param seed: seed of NumPy's ``default_rng``. ``None`` derives a stable seed from the case
+        name and input index (CRC-32), so every rank and every run builds the same values.
+    :param dtype: one of :data:`DTYPES`.
+    :param data: exact values (array-like of ``shape``); overrides ``init``.
+    :param low: lower bound for ``uniform``.
+    :param high: upper bound (exclusive) for ``uniform``.
+    :param requires_grad: build the tensor as a leaf that requires grad (float dtypes only).
+    """
+
+    shape: Tuple[int, ...]
+    init: str = "randn"
+    seed: Optional[int] = None
+    dtype: str = "float32"
+    data: Any = None
+    low: float = 0.0
+    high: float = 1.0
+    requires_grad: bool = False
+
+    def validate(self, file: str, case: str, index: int) -> "InputSpec":
+        """Rules ``input-shape``, ``input-init``, ``input-dtype``, ``input-data``; returns a normalised copy."""
+        where = f"inputs[{index}]"
+        shape = self.shape
+        if not isinstance(shape, (tuple, list)) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape
+        ):
+            raise CaseDeclarationError(
+                file, case, "input-shape", f"{where}.shape must be a tuple of integers >= 1; got {shape!r}"
+            )
+        if self.init not in INITS:
+            raise CaseDeclarationError(
+                file, case, "input-init", f"{where}.init {self.init!r} unknown; use one of {', '.join(INITS)}"
+            )
+        if self.dtype not in DTYPES:
+            raise CaseDeclarationError(
+                file, case, "input-dtype", f"{where}.dtype {self.dtype!r} unknown; use one of {', '.join(DTYPES)}"
+            )
+        if self.init == "randn" and self.dtype not in _FLOAT and self.data is None:
+            raise CaseDeclarationError(
+                file, case, "input-init",
+                f"{where}: init 'randn' needs a float dtype, not {self.dtype!r}; use 'uniform' or 'arange'",
+            )
+        if self.requires_grad and self.dtype not in _FLOAT:
+            raise CaseDeclarationError(
+                file, case, "input-dtype", f"{where}: requires_grad needs a float dtype, not {self.dtype!r}"
+            )
+        if self.data is not None:
+            data_shape = np.shape(self.data)
+            if tuple(data_shape) != tuple(shape):
+                raise CaseDeclarationError(
+                    file, case, "input-data",
+                    f"{where}.data has shape {tuple(data_shape)!r} but shape is {tuple(shape)!r}",
+                )
+        return dataclasses.replace(self, shape=tuple(shape))
+
+    def build_numpy(self, default_seed: int) -> np.ndarray:
+        """Build the full input as a NumPy array of :func:`numpy_dtype` (``self.dtype``).
+
+        :param default_seed: seed used when ``self.seed`` is ``None``.
+        """
+        dt = numpy_dtype(self.dtype)
+        if self.data is not None:
+            return np.array(self.data, dtype=dt).reshape(self.shape)
+        rng = np.random.default_rng(default_seed if self.seed is None else self.seed)
+        if self.init == "randn":
+            arr = rng.standard_normal(self.shape)
+        elif self.init == "uniform":
+            if self.dtype == "bool":
+                arr = rng.random(self.shape) < 0.5
+            elif dt.kind in "iu":
+                arr = rng.integers(int(self.low), int(self.high), size=self.shape)
+            else:
+                arr = rng.uniform(self.low, self.high, size=self.shape)
+        elif self.init == "ones":
+            arr = np.ones(self.shape)
+        elif self.init == "zeros":
+            arr = np.zeros(self.shape)
+        else:  # arange
+            arr = np.arange(int(np.prod(self.shape, dtype=np.int64))).reshape(self.shape)
+        return np.asarray(arr).astype(dt)
+
+
+@dataclass(frozen=True)
+class DerivedSpec:
+    """An extra input computed once from the *full* primary inputs, then distributed.
+
+    Use it for values that depend on global information (e.g. an attention statistic over
+    the full Q/K): computing them on each rank's shard would change their meaning
+    (seed 000 §3.3). The case's ``fn`` receives primary inputs then derived inputs, in order.
+
+    :param fn: ``fn(*full_primary_inputs) -> tensor``, run on every rank with identical inputs.
+    :param placements: one placement per mesh dimension for the derived tensor.
+    :param ndim: rank of the derived tensor (needed to check ``Shard(d)`` at registration).
+    :param name: label used in error messages.
+    """
+
+    fn: Callable[..., Any]
+    placements: tuple
+    ndim: int
+    name: str = "derived"
+
+
+@dataclass(frozen=True)
+class CompareSpec:
+    """How the gathered distributed output is compared with the single-device reference.
+
+    Build with :meth:`allclose`, :meth:`equal` or :meth:`shape`; every kind also checks shape
+    and dtype.
+    """
+
+    kind: str
+    rtol: float = 0.0
+    atol: float = 0.0
+    reason: str = ""
+
+    @staticmethod
+    def allclose(rtol: float = 1.3e-6, atol: float = 1e-5) -> "CompareSpec":
+        """Elementwise ``|actual - expected| <= atol + rtol * |expected|`` (NaNs equal).
+
+        Defaults are ``torch.testing.assert_close``'s float32 tolerances.
+        """
+        return CompareSpec("allclose", rtol=float(rtol), atol=float(atol))
+
+    @staticmethod
+    def equal() -> "CompareSpec":
+        """Bitwise-equal values (integer, bool and data-movement ops)."""
+        return CompareSpec("equal")
+
+    @staticmethod
+    def shape(reason: str = "") -> "CompareSpec":
+        """Only shape and dtype: for data-dependent values (e.g. dropout with p > 0).
+
+        :param reason: why values cannot be compared; shown in reports.
+        """
+        return CompareSpec("shape", reason=reason)
+
+
+@dataclass(frozen=True)
+class OpShardCase:
+    """One distributed-op test case: an op, its full inputs, their placements, a comparison.
+
+    :param name: unique across all case files; used in CLI filters and reports.
+    :param fn: the op under test, ``fn(*inputs, *derived)`` → tensor or tuple of tensors.
+        Called once on the full inputs (reference) and once on the distributed inputs.
+        With ``needs_mesh=True`` the distributed call also gets ``mesh=<DeviceMesh>`` and the
+        reference call gets ``mesh=None``.
+    :param inputs: full input specs.
+    :param placements: one tuple per input, each with one placement per mesh dimension.
+    :param mesh_shape: mesh shape; the launch has ``prod(mesh_shape)`` ranks.
+    :param mesh_dim_names: mesh axis names. For ordinary ops they are labels only: the planner
+        normalises them by ndim so cases with the same shape share a launch. With
+        ``needs_mesh=True`` the case reads real axis names from the mesh (e.g. to find a
+        communication group), so the names are kept and only cases with the same names share.
+    :param compare: a :class:`CompareSpec`.
+    :param tags: gate tags from :data:`meshtest.rules.GATE_TAGS`.
+    :param derived_inputs: :class:`DerivedSpec` list, see there.
+    :param compare_outputs: indices of the outputs to gather and compare when ``fn`` returns
+        several (others are ignored); ``None`` compares all. Range is checked at run time.
+    :param needs_mesh: see ``mesh_dim_names``.
+    :param solo_launcher: run this case in a launch of its own.
+    :param known_failure: reason the platform is known to get this case wrong (an upstream bug,
+        with its reference). The case still runs; failing is reported ``xfail``, passing is
+        reported ``xpass`` and fails the run so the mark gets removed.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    inputs: Sequence[InputSpec]
+    placements: Sequence[tuple]
+    mesh_shape: Tuple[int, ...]
+    mesh_dim_names: Optional[Tuple[str, ...]] = None
+    compare: CompareSpec = field(default_factory=CompareSpec.allclose)
+    tags: Tuple[str, ...] = ()
+    derived_inputs: Sequence[DerivedSpec] = ()
+    compare_outputs: Optional[Tuple[int, ...]] = None
+    needs_mesh: bool = False
+    solo_launcher: bool = False
+    known_failure: Optional[str] = None
+
+    @property
+    def world_size(self) -> int:
+        """Ranks needed: ``prod(mesh_shape)``."""
+        return rules.world_size(self.mesh_shape)
+
+    def validated(self, file: str) -> "OpShardCase":
+        """Check every declaration rule; return a normalised copy.
+
+        :raises CaseDeclarationError: naming ``file``, this case and the broken rule.
+        """
+        name = rules.check_name(file, self.name)
+        if not callable(self.fn):
+            raise CaseDeclarationError(file, name, "fn", f"fn must be callable; got {self.fn!r}")
+        mesh_shape = rules.check_mesh_shape(file, name, self.mesh_shape)
+        names = rules.check_mesh_dim_names(file, name, mesh_shape, self.mesh_dim_names)
+        tags = rules.check_tags(file, name, self.tags)
+        needs_mesh = rules.check_flag(file, name, "needs_mesh", self.needs_mesh)
+        solo = rules.check_flag(file, name, "solo_launcher", self.solo_launcher)
+        if not isinstance(self.inputs, (list, tuple)) or not all(isinstance(s, InputSpec) for s in self.inputs):
+            raise CaseDeclarationError(file, name, "inputs", "inputs must be a list of InputSpec")
+        inputs = tuple(s.validate(file, name, i) for i, s in enumerate(self.inputs))
+        placements = rules.check_placements(file, name, mesh_shape, [s.shape for s in inputs], self.placements)
+        derived = []
+        for i, d in enumerate(self.derived_inputs):
+            if not isinstance(d, DerivedSpec) or not callable(d.fn):
+                raise CaseDeclarationError(file, name, "derived", f"derived_inputs[{i}] must be a DerivedSpec with a callable fn")
+            (p,) = rules.check_placements(
+                file, name, mesh_shape, [(1,) * d.ndim], [d.placements], what=f"derived_inputs[{i}]"
+            )
+            derived.append(dataclasses.replace(d, placements=p))
+        if not isinstance(self.compare, CompareSpec):
+            raise CaseDeclarationError(file, name, "compare", "compare must be CompareSpec.allclose(...), .equal() or .shape()")
+        outs = self.compare_outputs
+        if outs is not None:
+            if not isinstance(outs, (tuple, list)) or not outs or not all(
+                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in outs
+            ):
+                raise CaseDeclarationError(
+                    file, name, "compare-outputs", f"compare_outputs must be a non-empty tuple of indices >= 0; got {outs!r}"
+                )
+            outs = tuple(outs)
+        if self.known_failure is not None and (not isinstance(self.known_failure, str) or not self.known_failure.strip()):
+            raise CaseDeclarationError(file, name, "known-failure", "known_failure must be a non-empty reason string")
+        return dataclasses.replace(
+            self,
+            mesh_shape=mesh_shape,
+            mesh_dim_names=names,
+            tags=tags,
+            inputs=inputs,
+            placements=placements,
+            derived_inputs=tuple(derived),
+            compare_outputs=outs,
+            needs_mesh=needs_mesh,
+            solo_launcher=solo,
+        )
+
+    def input_seed(self, index: int) -> int:
+        """Default seed of input ``index``: ``crc32(f"{name}:{index}")`` (stable across runs and ranks)."""
+        return zlib.crc32(f"{self.name}:{index}".encode())
