@@ -1,0 +1,71 @@
+"""End to end through torchrun + gloo: a wrong expectation is reported with case, rank and step.
+
+Needs torch in the test interpreter (the BUILD file declares it); ~10 s on 2 cores.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import meshtest
+
+from tests.helpers import case_file
+
+SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
+
+BODY = """
+import torch
+
+def add(x, y):
+    return x + y
+
+def wrong_on_rank1(x):
+    # Distributed path: rank 1 corrupts its shard, so the gathered output is wrong.
+    if hasattr(x, "placements") and torch.distributed.get_rank() == 1:
+        return x * 1.01
+    return x
+
+register(OpShardCase(name="e2e_add", fn=add, inputs=[InputSpec((6, 4)), InputSpec((6, 4))],
+                     placements=[(Shard(0),), (Replicate(),)], mesh_shape=(2,), tags=("cpu_level0",)))
+register(OpShardCase(name="e2e_wrong", fn=wrong_on_rank1, inputs=[InputSpec((6, 4))],
+                     placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level0",)))
+register(OpShardCase(name="e2e_after", fn=add, inputs=[InputSpec((4, 4)), InputSpec((4,))],
+                     placements=[(Shard(1),), (Shard(0),)], mesh_shape=(2,), tags=("cpu_level0",)))
+"""
+
+
+def test_wrong_expectation_names_case_rank_and_step(tmp_path):
+    path = case_file(tmp_path, "case_e2e.py", BODY)
+    out_dir = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": SRC_ROOT}
+    proc = subprocess.run([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(out_dir)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    text = proc.stdout
+    assert proc.returncode == 1, text + proc.stderr
+    assert "PASS    e2e_add" in text and "PASS    e2e_after" in text
+    assert "FAIL    e2e_wrong" in text
+    assert "rank(s) 0,1: fail at step compare: output[0]:" in text
+    assert "meshtest: 2 passed, 1 failed" in text
+    results = [json.loads(l) for l in (out_dir / "results.jsonl").read_text().splitlines()]
+    assert {r["case"]: r["status"] for r in results} == {"e2e_add": "pass", "e2e_wrong": "fail", "e2e_after": "pass"}
+    group = out_dir / "ranks" / "w2-2"
+    for rank in (0, 1):
+        assert "case e2e_wrong: fail at step compare" in (group / f"rank{rank}.log").read_text()
+        lines = (group / f"rank{rank}.jsonl").read_text().splitlines()
+        assert json.loads(lines[-1]) == {"event": "rank_done", "rank": rank}
+
+
+def test_case_filter_env_and_file_case_spec(tmp_path):
+    path = case_file(tmp_path, "case_e2e.py", BODY)
+    env = {**os.environ, "PYTHONPATH": SRC_ROOT, "MESHTEST_CASE_FILTER": "nothing_like_this*"}
+    proc = subprocess.run([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(tmp_path / "o1")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert "['nothing_like_this*'] matches no selected case" in proc.stderr
+    env.pop("MESHTEST_CASE_FILTER")
+    proc = subprocess.run([sys.executable, "-m", "meshtest", f"{path}::e2e_add", "--artifacts-dir", str(tmp_path / "o2")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 case(s) selected" in proc.stdout and "meshtest: 1 passed, 0 failed" in proc.stdout

@@ -1,0 +1,76 @@
+"""Suite planning: grouping by mesh, ordering, and case selection."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from meshtest.errors import SelectionError
+from meshtest.planner import plan_groups, read_plan, select_cases, write_plan
+
+from tests.helpers import scanned
+
+
+def test_labels_are_normalised_so_meshes_of_one_shape_share_a_launch():
+    cases = [
+        scanned("a", (2, 2), ("dp", "tp"), file="f1.py"),
+        scanned("b", (2, 2), ("x", "y"), file="f2.py"),
+        scanned("c", (4,), None),
+    ]
+    groups = plan_groups(cases)
+    assert [(g.group_id, [c.name for c in g.cases]) for g in groups] == [("w4-2x2", ["a", "b"]), ("w4-4", ["c"])]
+    assert groups[0].mesh_dim_names == ("d0", "d1")
+
+
+def test_needs_mesh_keeps_real_names_and_solo_gets_its_own_launch():
+    cases = [
+        scanned("plain", (2, 2), ("dp", "tp")),
+        scanned("mc2", (2, 2), ("dp", "tp"), needs_mesh=True),
+        scanned("mc2b", (2, 2), ("dp", "tp"), needs_mesh=True, lineno=2),
+        scanned("alone", (2, 2), None, solo=True),
+    ]
+    ids = {g.group_id: [c.name for c in g.cases] for g in plan_groups(cases)}
+    assert ids == {"w4-2x2": ["plain"], "w4-2x2-dp.tp": ["mc2", "mc2b"], "w4-2x2-solo-alone": ["alone"]}
+
+
+def test_order_is_deterministic_whatever_the_input_order():
+    cases = [scanned(n, (2,), file=f, lineno=ln) for n, f, ln in [("z", "b.py", 1), ("y", "a.py", 9), ("x", "a.py", 3)]]
+    for perm in (cases, cases[::-1]):
+        assert [c.name for c in plan_groups(perm)[0].cases] == ["x", "y", "z"]
+    mixed = [scanned("big", (8,)), scanned("small", (2,)), scanned("mid", (2, 2))]
+    assert [g.world_size for g in plan_groups(mixed)] == [2, 4, 8]
+
+
+def test_select_by_device_kind_and_tags_like_pants():
+    cases = [
+        scanned("l0", (2,), tags=("cpu_level0",)),
+        scanned("l1", (4,), tags=("cpu_level1",)),
+        scanned("npu", (2,), tags=("npu_level0",)),
+        scanned("both", (4,), tags=("cpu_level0", "npu_level0")),
+    ]
+    names = lambda sel: [c.name for c in sel]
+    assert names(select_cases(cases, "cpu")) == ["l0", "l1", "both"]
+    assert names(select_cases(cases, "cpu", ["cpu_level0"])) == ["l0", "both"]
+    assert names(select_cases(cases, "cpu", ["+mesh:4"])) == ["l1", "both"]
+    assert names(select_cases(cases, "cpu", ["cpu_level0", "-mesh:4"])) == ["l0"]
+    assert names(select_cases(cases, "npu", ["npu_level0"])) == ["npu", "both"]
+
+
+def test_name_patterns_and_a_pattern_matching_nothing():
+    cases = [scanned("sort_a"), scanned("sort_b"), scanned("topk")]
+    assert [c.name for c in select_cases(cases, "cpu", name_patterns=["sort_*"])] == ["sort_a", "sort_b"]
+    with pytest.raises(SelectionError, match=r"\['nope\*'\] matches no selected case"):
+        select_cases(cases, "cpu", name_patterns=["sort_*", "nope*"])
+
+
+def test_plan_file_round_trip_and_version(tmp_path):
+    (group,) = plan_groups([scanned("a", (2, 2), ("dp", "tp"))])
+    path = tmp_path / "plan.json"
+    write_plan(str(path), group, platform="torch", device_kind="cpu", out_dir="/o", case_timeout_s=30)
+    doc = read_plan(str(path))
+    assert doc["cases"] == list(group.cases) and doc["mesh_shape"] == [2, 2]
+    raw = json.loads(path.read_text())
+    raw["version"] = 99
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="version 99"):
+        read_plan(str(path))

@@ -1,0 +1,44 @@
+"""Aggregation over ranks and the report lines a person reads."""
+from __future__ import annotations
+
+from meshtest.reporter import aggregate, format_outcome, summary_lines
+
+
+def rec(rank, status="pass", step="compare", dur=0.01, error=""):
+    return {"case": "c", "rank": rank, "status": status, "step": step, "duration_s": dur, "error": error}
+
+
+def test_all_ranks_pass_reports_slowest_rank():
+    o = aggregate("c", "f.py", "w2-2", 2, {0: rec(0, dur=0.5), 1: rec(1, dur=0.7)}, "")
+    assert (o.status, o.slowest_s, o.slowest_rank, o.failures) == ("pass", 0.7, 1, [])
+    assert format_outcome(o).startswith("PASS    c  [w2 w2-2]  0.700s (slowest rank 1)")
+
+
+def test_failure_names_case_ranks_step_and_error():
+    by_rank = {0: rec(0), 1: rec(1, "fail", "compare", error="output[0]: 3 of 16 elements outside"), 2: rec(2),
+               3: rec(3, "fail", "compare", error="output[0]: 3 of 16 elements outside")}
+    o = aggregate("mm_bad", "cases/torch/case_mm.py", "w4-4", 4, by_rank, "")
+    assert o.status == "fail"
+    text = format_outcome(o)
+    assert "FAIL    mm_bad" in text and "cases/torch/case_mm.py" in text
+    assert "rank(s) 1,3: fail at step compare: output[0]: 3 of 16 elements outside" in text
+
+
+def test_error_beats_fail_and_missing_rank_is_reported():
+    by_rank = {0: rec(0, "fail"), 1: rec(1, "error", "run", error="RuntimeError: boom\nTraceback...")}
+    assert aggregate("c", "f", "g", 2, by_rank, "").status == "error"
+    o = aggregate("c", "f", "g", 3, {0: rec(0), 1: rec(1)}, "launch g exited -6")
+    assert o.status == "missing"
+    assert "rank(s) 2: missing at step ?: launch g exited -6" in format_outcome(o)
+
+
+def test_known_failure_outcomes():
+    assert aggregate("c", "f", "g", 2, {0: rec(0, "xfail"), 1: rec(1, "xpass")}, "").status == "xfail"
+    assert aggregate("c", "f", "g", 2, {0: rec(0, "xpass"), 1: rec(1, "xpass")}, "").status == "xpass"
+
+
+def test_summary_closing_line_counts():
+    outs = [aggregate(n, "f", "g", 1, {0: rec(0, s)}, "") for n, s in [("a", "pass"), ("b", "fail"), ("c", "xfail"), ("d", "xpass")]]
+    lines = summary_lines(outs, ["launch g: ..."])
+    assert lines[0] == "launch g: ..."
+    assert lines[-1] == "meshtest: 2 passed, 2 failed"

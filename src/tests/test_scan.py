@@ -1,0 +1,67 @@
+"""Static scan: what it reads, and the clear errors for what it cannot read."""
+from __future__ import annotations
+
+from meshtest.scan import scan_case_source
+
+GOOD = '''
+from meshtest import OpShardCase, register, InputSpec, Shard
+MESH = (2, 2)
+NAMES = ("dp", "tp")
+register(OpShardCase(name="a", fn=f, mesh_shape=MESH, mesh_dim_names=NAMES, tags=("cpu_level0", "npu_level1")))
+register(OpShardCase(name="b", fn=f, mesh_shape=(8,), tags=("cpu_level1",), solo_launcher=True))
+import meshtest as mt
+mt.register(mt.OpShardCase(name="c", fn=f, mesh_shape=(2,), needs_mesh=True, mesh_dim_names=("tp",)))
+'''
+
+
+def test_reads_literals_and_module_constants():
+    scan = scan_case_source("cases/x.py", GOOD)
+    assert scan.error is None
+    a, b, c = scan.cases
+    assert (a.name, a.mesh_shape, a.mesh_dim_names, a.tags) == ("a", (2, 2), ("dp", "tp"), ("cpu_level0", "npu_level1"))
+    assert b.solo_launcher and b.world_size == 8
+    assert c.needs_mesh and c.tags == ()
+    assert scan.device_need == 8
+    assert scan.target_tags() == ("cpu_level0", "cpu_level1", "mesh:2", "mesh:4", "mesh:8", "npu_level1")
+
+
+def test_non_literal_mesh_is_a_clear_error():
+    scan = scan_case_source("cases/x.py", "register(OpShardCase(name='a', mesh_shape=make_mesh(), tags=('cpu_level0',)))\n")
+    assert scan.cases == ()
+    assert "cases/x.py: case 'a': rule static-scan: mesh_shape= must be a literal" in scan.error
+    assert "make_mesh()" in scan.error
+
+
+def test_non_literal_tags_and_rebound_constant():
+    src = "T = ('cpu_level0',)\nT = ('cpu_level1',)\nregister(OpShardCase(name='a', mesh_shape=(2,), tags=T))\n"
+    assert "tags= must be a literal" in scan_case_source("x.py", src).error
+
+
+def test_register_in_loop_is_rejected():
+    src = "for i in range(2):\n    register(OpShardCase(name=f'a{i}', mesh_shape=(2,)))\n"
+    err = scan_case_source("x.py", src).error
+    assert "x.py:2: rule static-scan: register(...) must be a top-level statement" in err
+
+
+def test_syntax_error_names_file_and_line():
+    err = scan_case_source("x.py", "register(OpShardCase(name='a',\n").error
+    assert err.startswith("x.py:1: rule syntax:")
+
+
+def test_rules_shared_with_registration():
+    src = "register(OpShardCase(name='a', mesh_shape=(2, 2), mesh_dim_names=('dp',), tags=('cpu_level0',)))\n"
+    assert "rule mesh-dim-names" in scan_case_source("x.py", src).error
+    src = "register(OpShardCase(name='a', mesh_shape=(2,), tags=('tpu_level0',)))\n"
+    assert "rule gate-tag: unknown gate tag 'tpu_level0'" in scan_case_source("x.py", src).error
+    src = "register(OpShardCase(name='a', mesh_shape=(2, -1)))\n"
+    assert "rule mesh-shape" in scan_case_source("x.py", src).error
+
+
+def test_duplicate_names_in_one_file():
+    src = "register(OpShardCase(name='a', mesh_shape=(2,)))\nregister(OpShardCase(name='a', mesh_shape=(4,)))\n"
+    assert "case 'a': rule duplicate-name: declared at line 1 and again at line 2" in scan_case_source("x.py", src).error
+
+
+def test_register_needs_a_direct_constructor_call():
+    err = scan_case_source("x.py", "case = OpShardCase(name='a', mesh_shape=(2,))\nregister(case)\n").error
+    assert "rule static-scan" in err and "OpShardCase(...) call" in err
