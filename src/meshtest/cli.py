@@ -14,6 +14,7 @@ import argparse
 import datetime
 import json
 import os
+import signal
 import sys
 from typing import List, Optional, Sequence, Tuple
 
@@ -92,7 +93,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds through the runner, which kills its launch
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in ("run", "scan", "-h", "--help"):
         argv.insert(0, "run")

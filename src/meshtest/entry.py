@@ -23,6 +23,7 @@ from .backend import ShardBackend, load_backend
 from .compare import CompareError, compare_arrays
 from .errors import CaseFileError, MeshtestError
 from .planner import read_plan
+from .proctree import die_with_parent
 from .registry import Registry, check_against_scan, load_case_file
 from .scan import ScannedCase, scan_case_file
 from .spec import OpShardCase
@@ -158,6 +159,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="meshtest.entry")
     ap.add_argument("--plan", required=True, help="launch plan JSON written by the runner")
     args = ap.parse_args(argv)
+    die_with_parent()  # a rank never outlives its launcher
     plan = read_plan(args.plan)
     out_dir = plan["out_dir"]
     rank = int(os.environ.get("RANK", "0"))

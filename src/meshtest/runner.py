@@ -26,6 +26,7 @@ from . import reporter
 from .backend import backend_info
 from .errors import SelectionError
 from .launcher import launch_command
+from .proctree import die_with_parent
 from .planner import Group, plan_groups, select_cases, write_plan
 from .reporter import CaseOutcome
 from .scan import FileScan, ScannedCase, scan_case_file
@@ -111,15 +112,26 @@ def _launch(group: Group, opts: RunOptions, out_dir: str) -> Tuple[int, bool, fl
     with open(os.path.join(out_dir, "launcher.log"), "w", encoding="utf-8") as logf:
         logf.write("$ " + " ".join(cmd) + "\n")
         logf.flush()
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # Own session, so the whole launch (launcher and ranks) can be killed as one group;
+        # die_with_parent so it also dies if this runner is killed outright.
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, preexec_fn=die_with_parent)
+        timed_out = False
         try:
             rc = proc.wait(timeout=deadline)
-            timed_out = False
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            rc = proc.wait()
             timed_out = True
+        finally:  # normal exit, timeout, Ctrl-C or SIGTERM of the runner: no rank survives
+            _kill_group(proc.pid)
+            rc = proc.wait()
     return rc, timed_out, time.monotonic() - t0
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # already gone
 
 
 def _read_rank_results(out_dir: str, world_size: int) -> Tuple[Dict[str, Dict[int, dict]], set]:

@@ -1,0 +1,159 @@
+"""Device-slot pool: exclusive, crash-safe, all-or-nothing, fair locks on N device slots.
+
+Several test processes (one per Pants test target, run concurrently by Pants' executor)
+share one machine of N devices (default 8). Before a launch of ``k`` ranks, the runner takes
+``k`` slots here; on NPU/CUDA the slot ids are the device ids given to the ranks.
+
+Mechanism (all locks are ``fcntl.flock`` on files in one directory, so the kernel drops
+them the moment a holder dies — no stale locks):
+
+* ``slot<i>.lock`` — held while slot ``i`` is in use.
+* ``turnstile.lock`` — held by the one request at the head of the line while it waits.
+  Only the turnstile holder takes slots, and it takes all ``k`` at once or none (it never
+  keeps some while waiting for others), so there is no hold-and-wait and no deadlock.
+  Because a large request keeps the turnstile while it waits for enough slots to drain,
+  later small requests cannot overtake it: an 8-slot request is not starved by a stream
+  of 2-slot requests.
+
+Every wait, acquire and release is appended to ``audit.jsonl`` in the directory (one JSON
+object per line: ``t`` (Unix seconds), ``event``, ``target``, ``slots``, ``need``, ``pid``);
+``tools/slot_report.py`` turns it into peak usage and slot-time utilization.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+#: Default pool size: one 8-card node (seed 000 §8.6).
+DEFAULT_SLOTS = 8
+#: Seconds between tries while the head of the line waits for slots to free up.
+POLL_S = 0.05
+
+
+class SlotRequestError(ValueError):
+    """A request can never be satisfied (needs more slots than the pool has)."""
+
+
+@dataclass
+class SlotLease:
+    """Slots held by this process; release with :meth:`SlotPool.release` or ``with``.
+
+    :ivar slots: the slot ids (device ids on NPU/CUDA), ascending.
+    :ivar fds: open lock files; pass them to child processes (``pass_fds``) so the slots stay
+        held for as long as any process of the launch lives.
+    """
+
+    pool: "SlotPool"
+    target: str
+    slots: List[int]
+    fds: List[int] = field(default_factory=list)
+
+    def __enter__(self) -> "SlotLease":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.pool.release(self)
+
+
+class SlotPool:
+    """N slots backed by lock files in ``directory`` (created if missing).
+
+    :param directory: shared by every process that must respect the same devices.
+    :param size: number of slots N (≥ 1).
+    """
+
+    def __init__(self, directory: str, size: int = DEFAULT_SLOTS) -> None:
+        if size < 1:
+            raise ValueError(f"slot pool size must be >= 1, got {size}")
+        self.directory = directory
+        self.size = size
+        os.makedirs(directory, exist_ok=True)
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.directory, name)
+
+    def audit(self, event: str, target: str, slots: Sequence[int], need: int) -> None:
+        """Append one audit record (a single ``write`` on an ``O_APPEND`` file: atomic for small lines)."""
+        line = json.dumps({"t": time.time(), "event": event, "target": target, "slots": list(slots),
+                           "need": need, "pid": os.getpid(), "size": self.size}) + "\n"
+        fd = os.open(self._path("audit.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+    def _try_take(self, need: int) -> Optional[List[tuple]]:
+        """Lock ``need`` free slots without blocking, or none. Caller holds the turnstile."""
+        taken = []
+        for i in range(self.size):
+            fd = os.open(self._path(f"slot{i}.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            taken.append((i, fd))
+            if len(taken) == need:
+                return taken
+        for _, fd in taken:
+            os.close(fd)  # closing drops the flock
+        return None
+
+    def acquire(self, need: int, target: str, timeout_s: Optional[float] = None) -> SlotLease:
+        """Block until ``need`` slots are free, then hold them all.
+
+        :param need: slots wanted (the launch's world size).
+        :param target: who asks (a Pants target address), for the audit log.
+        :param timeout_s: give up after this many seconds (``None``: wait forever).
+        :raises SlotRequestError: ``need`` is not in ``1..size``.
+        :raises TimeoutError: ``timeout_s`` passed first.
+        """
+        if not 1 <= need <= self.size:
+            raise SlotRequestError(
+                f"{target} needs {need} device slot(s) but the pool has {self.size}; "
+                f"raise [meshtest].slots (MESHTEST_SLOTS) or shrink the mesh"
+            )
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self.audit("wait", target, [], need)
+        turnstile = os.open(self._path("turnstile.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            self._lock_turnstile(turnstile, deadline, target, need)
+            while True:
+                taken = self._try_take(need)
+                if taken is not None:
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"{target}: no {need} free device slot(s) within {timeout_s}s")
+                time.sleep(POLL_S)
+        finally:
+            os.close(turnstile)
+        lease = SlotLease(self, target, [i for i, _ in taken], [fd for _, fd in taken])
+        self.audit("acquire", target, lease.slots, need)
+        return lease
+
+    @staticmethod
+    def _lock_turnstile(fd: int, deadline: Optional[float], target: str, need: int) -> None:
+        if deadline is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{target}: still queued for {need} device slot(s) at the deadline") from None
+                time.sleep(POLL_S)
+
+    def release(self, lease: SlotLease) -> None:
+        """Give the lease's slots back (idempotent)."""
+        if not lease.fds:
+            return
+        for fd in lease.fds:
+            os.close(fd)
+        lease.fds = []
+        self.audit("release", lease.target, lease.slots, len(lease.slots))
