@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("specs", nargs="+", metavar="FILE[::CASE]", help="case files, optionally ::case_name")
     r.add_argument("--case", action="append", default=[], metavar="PATTERN", help="fnmatch pattern on case names (repeatable)")
     r.add_argument("--tag", "--gate", action="append", default=[], dest="tags", metavar="TAG",
-                   help="Pants --tag semantics: TAG/+TAG include, -TAG exclude (gate tags and mesh:N)")
+                   help="a Pants --tag clause, e.g. cpu_level0, mesh:2,mesh:4 (ORed) or -mesh:8; clauses are ANDed")
     r.add_argument("--artifacts-dir", default=None, help="where rank logs and results go (default: dist/meshtest/run-<time>)")
     r.add_argument("--platform", default="torch")
     r.add_argument("--device-kind", default="cpu", choices=("cpu", "npu"))

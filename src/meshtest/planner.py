@@ -77,6 +77,16 @@ def case_tags(c: ScannedCase) -> Tuple[str, ...]:
     return tuple(c.tags) + (f"mesh:{c.world_size}",)
 
 
+def tag_clause_matches(clause: str, tags: Sequence[str]) -> bool:
+    """Pants' ``--tag`` rule for one clause (``pants.util.filtering.create_filter``, 2.17.1):
+    comma-separated tags are ORed; a leading ``-`` negates the whole clause; ``+`` is the
+    same as no prefix."""
+    negate = clause.startswith("-")
+    body = clause[1:] if clause[:1] in ("+", "-") else clause
+    hit = any(t in tags for t in body.split(",") if t)
+    return not hit if negate else hit
+
+
 def select_cases(
     cases: Sequence[ScannedCase],
     device_kind: str,
@@ -86,25 +96,17 @@ def select_cases(
     """Pick the cases to run.
 
     :param device_kind: ``"cpu"`` or ``"npu"``: only cases with a gate tag of this kind run.
-    :param tag_filters: Pants ``--tag`` semantics: ``t`` or ``+t`` includes cases having any
-        included tag; ``-t`` excludes cases having it. Gate tags of another device kind are
-        ignored here (they only select build targets).
+    :param tag_filters: Pants ``--tag`` clauses, applied to each case's :func:`case_tags`
+        exactly as Pants applies them to targets (see :func:`tag_clause_matches`; clauses
+        are ANDed), so a target selected by ``--tag`` runs exactly its matching cases.
     :param name_patterns: ``fnmatch`` patterns on case names; a case runs if any matches
         (empty: all). Patterns that match no case raise :class:`SelectionError`.
     """
-    include = [t.lstrip("+") for t in tag_filters if not t.startswith("-")]
-    include = [t for t in include if not (t in rules.GATE_TAGS and rules.device_kind_of(t) != device_kind)]
-    exclude = [t[1:] for t in tag_filters if t.startswith("-")]
-    out = []
-    for c in cases:
-        tags = case_tags(c)
-        if not any(rules.device_kind_of(t) == device_kind for t in c.tags):
-            continue
-        if include and not any(t in tags for t in include):
-            continue
-        if any(t in tags for t in exclude):
-            continue
-        out.append(c)
+    out = [
+        c for c in cases
+        if any(rules.device_kind_of(t) == device_kind for t in c.tags)
+        and all(tag_clause_matches(clause, case_tags(c)) for clause in tag_filters)
+    ]
     if name_patterns:
         unmatched = [p for p in name_patterns if not any(fnmatch.fnmatchcase(c.name, p) for c in out)]
         if unmatched:

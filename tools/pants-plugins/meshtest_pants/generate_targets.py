@@ -1,0 +1,126 @@
+"""Expand a `meshtest_cases` generator into one `meshtest_case_file` target per case file.
+
+The static scan (`meshtest.scan`, the same code the runtime loader checks against) supplies each
+file's `device_need` and its extra tags. A file that fails the scan still gets a target, with
+`parse_error` set, so only that file's test fails.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from meshtest.scan import scan_case_source
+
+from meshtest_pants.subsystem import MeshtestSubsystem
+from meshtest_pants.target_types import (
+    MeshtestCaseFileTarget,
+    MeshtestCasesGeneratorTarget,
+    MeshtestCasesSourcesField,
+    MeshtestCaseSourceField,
+    MeshtestDeviceNeedField,
+    MeshtestParseErrorField,
+)
+from pants.engine.fs import DigestContents, PathGlobs
+from pants.engine.rules import Get, collect_rules, rule
+from pants.engine.target import (
+    Dependencies,
+    GeneratedTargets,
+    GenerateTargetsRequest,
+    SourcesPaths,
+    SourcesPathsRequest,
+    Tags,
+)
+from pants.engine.unions import UnionMembership, UnionRule
+from pants.util.logging import LogLevel
+
+
+class GenerateMeshtestCaseTargetsRequest(GenerateTargetsRequest):
+    generate_from = MeshtestCasesGeneratorTarget
+
+
+@dataclass(frozen=True)
+class ScannedCaseFile:
+    """What the generator needs from the static scan of one case file."""
+
+    relpath: str  # relative to the BUILD file
+    error: str | None  # set when the scan failed; then `tags` and `device_need` are empty
+    tags: tuple[str, ...]
+    device_need: int | None
+
+
+def merge_tags(generator_tags: Iterable[str] | None, scanned_tags: Iterable[str]) -> tuple[str, ...]:
+    """Union of the tags written on the generator and those the scan found, sorted."""
+    return tuple(sorted(set(generator_tags or ()) | set(scanned_tags)))
+
+
+def case_file_field_values(
+    template: Mapping[str, Any],
+    case_file: ScannedCaseFile,
+    runner_dependencies: Iterable[str],
+) -> dict[str, Any]:
+    """Field values of the `meshtest_case_file` target generated for `case_file`."""
+    return {
+        **template,
+        MeshtestCaseSourceField.alias: case_file.relpath,
+        Tags.alias: merge_tags(template.get(Tags.alias), case_file.tags),
+        MeshtestDeviceNeedField.alias: case_file.device_need,
+        MeshtestParseErrorField.alias: case_file.error,
+        Dependencies.alias: (
+            *(template.get(Dependencies.alias) or ()),
+            *runner_dependencies,
+        ),
+    }
+
+
+def scan_case_files(spec_path: str, contents: DigestContents) -> tuple[ScannedCaseFile, ...]:
+    """Run the static scan over each file; undecodable bytes become a scan error."""
+    scanned = []
+    for file_content in contents:
+        relpath = os.path.relpath(file_content.path, spec_path or ".")
+        try:
+            source = file_content.content.decode("utf-8")
+        except UnicodeDecodeError as e:
+            scanned.append(
+                ScannedCaseFile(relpath, f"{file_content.path}: not UTF-8 text ({e})", (), None)
+            )
+            continue
+        scan = scan_case_source(file_content.path, source)
+        if scan.error is not None:
+            scanned.append(ScannedCaseFile(relpath, scan.error, (), None))
+        else:
+            scanned.append(
+                ScannedCaseFile(relpath, None, tuple(scan.target_tags()), scan.device_need)
+            )
+    return tuple(scanned)
+
+
+@rule(desc="Generate `meshtest_case_file` targets", level=LogLevel.DEBUG)
+async def generate_meshtest_case_targets(
+    request: GenerateMeshtestCaseTargetsRequest,
+    meshtest: MeshtestSubsystem,
+    union_membership: UnionMembership,
+) -> GeneratedTargets:
+    generator = request.generator
+    paths = await Get(SourcesPaths, SourcesPathsRequest(generator[MeshtestCasesSourcesField]))
+    contents = await Get(DigestContents, PathGlobs(paths.files))
+    case_files = scan_case_files(request.template_address.spec_path, contents)
+    return GeneratedTargets(
+        generator,
+        (
+            MeshtestCaseFileTarget(
+                case_file_field_values(request.template, case_file, meshtest.runner_dependencies),
+                request.template_address.create_file(case_file.relpath),
+                union_membership,
+            )
+            for case_file in case_files
+        ),
+    )
+
+
+def rules():
+    return [
+        *collect_rules(),
+        UnionRule(GenerateTargetsRequest, GenerateMeshtestCaseTargetsRequest),
+    ]

@@ -1,0 +1,17 @@
+"""Wiring of the meshtest Pants plugin (enabled in pants.toml as `meshtest_pants`)."""
+
+from meshtest_pants import generate_targets, test_runner
+from meshtest_pants.subsystem import MeshtestSubsystem
+from meshtest_pants.target_types import MeshtestCaseFileTarget, MeshtestCasesGeneratorTarget
+
+
+def target_types():
+    return [MeshtestCasesGeneratorTarget, MeshtestCaseFileTarget]
+
+
+def rules():
+    return [
+        *generate_targets.rules(),
+        *test_runner.rules(),
+        *MeshtestSubsystem.rules(),
+    ]

@@ -1,0 +1,80 @@
+"""The command line and environment of `python -m meshtest run`, as pure functions.
+
+Kept free of Pants imports so the contract with the runner is easy to read and unit-test.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+# Sandbox-relative directory the runner writes its artifacts to; Pants copies what ends up
+# there to `dist/test/<target>/`.
+ARTIFACTS_DIR = "extra-output"
+
+# HOME inside the sandbox; `{chroot}` is replaced by the sandbox's absolute path at run time.
+SANDBOX_HOME = ".home"
+
+# The device-slot lock directory: a Pants named cache (`~/.cache/pants/named_caches/<name>`),
+# linked into every sandbox at the same relative path, so concurrent test processes share it.
+SLOTS_CACHE_NAME = "meshtest_slots"
+SLOTS_DIR = ".meshtest-slots"
+
+
+def forwarded_tag_filters(global_tags: Iterable[str]) -> tuple[str, ...]:
+    """Pants' `--tag` values, forwarded verbatim as the runner's `--tag` values.
+
+    Each value is a clause (comma-separated tags ORed, a leading `-` negating the whole
+    clause, clauses ANDed); the runner applies the same rule to cases
+    (`meshtest.planner.select_cases`), so the cases that run are exactly those the clauses
+    select. Empty clauses are dropped.
+    """
+    return tuple(clause for clause in global_tags if clause.strip("+-"))
+
+
+def runner_argv(
+    case_file: str,
+    *,
+    platform: str,
+    device_kind: str,
+    gates: Iterable[str],
+    tag_filters: Iterable[str],
+) -> tuple[str, ...]:
+    """Arguments after the interpreter: `-m meshtest run ... <case_file>`.
+
+    Values use the `--opt=value` form so an exclusion (`-mesh:8`) is not read as a flag.
+    """
+    return (
+        "-m",
+        "meshtest",
+        "run",
+        f"--artifacts-dir={ARTIFACTS_DIR}",
+        f"--platform={platform}",
+        f"--device-kind={device_kind}",
+        *(f"--gate={gate}" for gate in gates),
+        *(f"--tag={tag}" for tag in tag_filters),
+        case_file,
+    )
+
+
+def runner_env(
+    *,
+    source_roots: Iterable[str],
+    slots: int,
+    extra_env: Mapping[str, str],
+) -> dict[str, str]:
+    """The environment the rule gives the runner process (Pants starts it with nothing else).
+
+    The Pex venv launcher adds `PATH` (from `[pex].executable_search_paths`, by default Pants'
+    own PATH), `PEX_ROOT`, `VIRTUAL_ENV` and `[subprocess-environment].env_vars`.
+    `extra_env` (from `[test].extra_env_vars`) is applied last, so it can override any entry.
+    """
+    return {
+        "HOME": f"{{chroot}}/{SANDBOX_HOME}",
+        # Read by the Pex venv's site hook in this process and in every process started with
+        # the same interpreter (the torchrun ranks), so `import meshtest` works everywhere.
+        "PEX_EXTRA_SYS_PATH": ":".join(source_roots),
+        "OMP_NUM_THREADS": "1",
+        "MESHTEST_SLOTS": str(slots),
+        "MESHTEST_SLOT_DIR": f"{{chroot}}/{SLOTS_DIR}",
+        **extra_env,
+    }

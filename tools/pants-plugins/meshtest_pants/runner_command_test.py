@@ -1,0 +1,44 @@
+from meshtest_pants.runner_command import (
+    ARTIFACTS_DIR,
+    forwarded_tag_filters,
+    runner_argv,
+    runner_env,
+)
+
+
+def test_forwarded_tag_filters_keep_each_clause_whole() -> None:
+    assert forwarded_tag_filters(["+cpu_level0", "-mesh:8,mesh:4", "mesh:2,mesh:1", "-"]) == (
+        "+cpu_level0",
+        "-mesh:8,mesh:4",
+        "mesh:2,mesh:1",
+    )
+
+
+def test_runner_argv_puts_options_before_the_case_file() -> None:
+    argv = runner_argv(
+        "cases/torch/case_add.py",
+        platform="torch",
+        device_kind="cpu",
+        gates=["cpu_level0"],
+        tag_filters=["-mesh:8"],
+    )
+    assert argv == (
+        "-m",
+        "meshtest",
+        "run",
+        f"--artifacts-dir={ARTIFACTS_DIR}",
+        "--platform=torch",
+        "--device-kind=cpu",
+        "--gate=cpu_level0",
+        "--tag=-mesh:8",
+        "cases/torch/case_add.py",
+    )
+
+
+def test_runner_env_sets_source_roots_and_lets_extra_env_override() -> None:
+    env = runner_env(source_roots=["src", "."], slots=4, extra_env={"OMP_NUM_THREADS": "2"})
+    assert env["PEX_EXTRA_SYS_PATH"] == "src:."
+    assert env["MESHTEST_SLOTS"] == "4"
+    assert env["OMP_NUM_THREADS"] == "2"
+    assert env["HOME"].startswith("{chroot}/")
+    assert env["MESHTEST_SLOT_DIR"].startswith("{chroot}/")

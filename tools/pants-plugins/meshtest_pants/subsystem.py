@@ -1,0 +1,65 @@
+"""The `[meshtest]` options section."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pants.option.option_types import EnumOption, IntOption, SkipOption, StrListOption
+from pants.option.subsystem import Subsystem
+from pants.util.strutil import help_text
+
+
+class DeviceKind(Enum):
+    """Devices the runner can place ranks on."""
+
+    cpu = "cpu"
+    npu = "npu"
+
+
+class MeshtestSubsystem(Subsystem):
+    options_scope = "meshtest"
+    name = "meshtest"
+    help = help_text(
+        """
+        Options for running `meshtest_case_file` targets with `python -m meshtest run`.
+        """
+    )
+
+    skip = SkipOption("test")
+    slots = IntOption(
+        default=8,
+        help=help_text(
+            """
+            Size of the device-slot pool shared by all concurrent test processes, passed to the
+            runner as `MESHTEST_SLOTS`. The pool's lock files live in the Pants named cache
+            `meshtest_slots`, linked into each sandbox and named by `MESHTEST_SLOT_DIR`.
+            """
+        ),
+    )
+    device_kind = EnumOption(
+        default=DeviceKind.cpu,
+        help=help_text(
+            """
+            Kind of device the ranks run on, passed to the runner as `--device-kind`.
+            """
+        ),
+    )
+    gates = StrListOption(
+        default=[],
+        help=help_text(
+            """
+            Gates to run (e.g. `cpu_level0`), each passed to the runner as `--gate=<gate>`.
+            Example: `./pants test --meshtest-gates=cpu_level0 cases::`
+            """
+        ),
+    )
+    runner_dependencies = StrListOption(
+        default=["src/meshtest"],
+        help=help_text(
+            """
+            Addresses every generated `meshtest_case_file` depends on: the code behind
+            `python -m meshtest run`. Dependency inference only sees what a case file imports;
+            this adds the runner itself, so changes to it rerun every case file.
+            """
+        ),
+    )
