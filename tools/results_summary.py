@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Print one line per case target and a closing total from the per-target results that
+``./pants test`` leaves under ``dist/test/<target>/results.jsonl``.
+
+Usage: ``python3 tools/results_summary.py [dist/test]``. Exit code 1 when a recorded case
+did not pass (or no results were found), else 0. Reads files only; stdlib only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Dict, List
+
+PASSING = ("pass", "xfail")
+
+
+def collect(root: str) -> Dict[str, List[dict]]:
+    """``{target dir: [outcome, ...]}`` for every ``results.jsonl`` under ``root``."""
+    found: Dict[str, List[dict]] = {}
+    for dirpath, _, files in os.walk(root):
+        if "results.jsonl" in files:
+            with open(os.path.join(dirpath, "results.jsonl"), encoding="utf-8") as f:
+                found[os.path.relpath(dirpath, root)] = [json.loads(line) for line in f if line.strip()]
+    return found
+
+
+def main(argv: List[str]) -> int:
+    root = argv[1] if len(argv) > 1 else os.path.join("dist", "test")
+    found = collect(root)
+    passed = failed = 0
+    for target in sorted(found):
+        outcomes = found[target]
+        ok = sum(o["status"] in PASSING for o in outcomes)
+        passed += ok
+        failed += len(outcomes) - ok
+        bad = [f"{o['case']}={o['status']}" for o in outcomes if o["status"] not in PASSING]
+        print(f"{target}: {ok}/{len(outcomes)} passed" + (f"; failing: {', '.join(bad)}" if bad else ""))
+    if not found:
+        print(f"no results.jsonl under {root}")
+    print(f"meshtest: {passed} passed, {failed} failed")
+    return 0 if found and not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
