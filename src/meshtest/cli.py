@@ -20,6 +20,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from .errors import SelectionError
 from .runner import DEFAULT_CASE_TIMEOUT_S, RunOptions, run
+from .slots import DEFAULT_SLOTS, SlotRequestError
 from .scan import scan_case_file
 
 #: Environment variable with comma-separated fnmatch patterns of case names to run.
@@ -51,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--device-kind", default="cpu", choices=("cpu", "npu"))
     r.add_argument("--case-timeout", type=float, default=DEFAULT_CASE_TIMEOUT_S, metavar="SECONDS",
                    help=f"deadline of one case (default {DEFAULT_CASE_TIMEOUT_S:g})")
+    r.add_argument("--slots", type=int, default=int(os.environ.get("MESHTEST_SLOTS", DEFAULT_SLOTS)),
+                   help="size of the device-slot pool shared by concurrent runs (default $MESHTEST_SLOTS or 8)")
+    r.add_argument("--slot-dir", default="", help="the pool's lock directory (default $MESHTEST_SLOT_DIR or ~/.cache/meshtest/slots)")
+    r.add_argument("--device-need", type=int, default=None, metavar="N",
+                   help="slots to hold for the whole run (a build target's resource tag); default: the largest launch")
+    r.add_argument("--target", default="", help="label of the requester in the slot audit log (a Pants address)")
     s = sub.add_parser("scan", help="print the static scan of case files as JSON")
     s.add_argument("files", nargs="+")
     return ap
@@ -80,10 +87,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "dist", "meshtest", "run-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     )
     opts = RunOptions(artifacts_dir=out, platform=args.platform, device_kind=args.device_kind,
-                      tag_filters=tuple(args.tags), name_patterns=patterns, case_timeout_s=args.case_timeout)
+                      tag_filters=tuple(args.tags), name_patterns=patterns, case_timeout_s=args.case_timeout,
+                      slots=args.slots, slot_dir=args.slot_dir, device_need=args.device_need, target=args.target)
     try:
         result = run(files, opts)
-    except SelectionError as e:
+    except (SelectionError, SlotRequestError) as e:
         print(f"meshtest: {e}", file=sys.stderr)
         return 2
     print(f"meshtest: {result.launches} launch(es); artifacts in {out}")

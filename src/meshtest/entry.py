@@ -164,7 +164,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     out_dir = plan["out_dir"]
     rank = int(os.environ.get("RANK", "0"))
     _redirect_output(out_dir, rank)
-    log.info("group %s: %d case(s), mesh %s %s", plan["group_id"], len(plan["cases"]), plan["mesh_shape"], plan["mesh_dim_names"])
+    log.info("group %s: %d case(s), mesh %s %s, device slots %s", plan["group_id"], len(plan["cases"]),
+             plan["mesh_shape"], plan["mesh_dim_names"], plan.get("slots"))
     with open(os.path.join(out_dir, f"rank{rank}.jsonl"), "a", encoding="utf-8") as results:
 
         def record(r: CaseResult) -> None:

@@ -118,11 +118,14 @@ def select_cases(
     return out
 
 
-def write_plan(path: str, group: Group, *, platform: str, device_kind: str, out_dir: str, case_timeout_s: float) -> None:
+def write_plan(path: str, group: Group, *, platform: str, device_kind: str, out_dir: str, case_timeout_s: float,
+               slots: Sequence[int] = ()) -> None:
     """Write the versioned launch plan that every rank of ``group`` reads (``--plan PATH``).
 
     One file per launch carries every setting the ranks need (no settings smuggled through
-    environment variables).
+    environment variables; only the platform's own device-visibility variable is set too).
+
+    :param slots: device slot ids the launch holds (device ids on NPU/CUDA).
     """
     doc = {
         "version": PLAN_VERSION,
@@ -133,6 +136,7 @@ def write_plan(path: str, group: Group, *, platform: str, device_kind: str, out_
         "mesh_dim_names": list(group.mesh_dim_names),
         "out_dir": out_dir,
         "case_timeout_s": case_timeout_s,
+        "slots": list(slots),
         "cases": [c.to_json() for c in group.cases],
     }
     with open(path, "w", encoding="utf-8") as f:

@@ -30,12 +30,21 @@ from .proctree import die_with_parent
 from .planner import Group, plan_groups, select_cases, write_plan
 from .reporter import CaseOutcome
 from .scan import FileScan, ScannedCase, scan_case_file
+from .slots import DEFAULT_SLOTS, SlotLease, SlotPool, SlotRequestError
 
 #: Default deadline of one case, in seconds (a launch's deadline is the sum over its cases
 #: plus :data:`LAUNCH_OVERHEAD_S`). The process group timeout is half of it.
 DEFAULT_CASE_TIMEOUT_S = 120.0
 #: Seconds allowed for starting and tearing down one launch (measured: 4-11 s for 2-8 ranks).
 LAUNCH_OVERHEAD_S = 120.0
+#: Environment variable, per device kind, that tells a launch's ranks which devices they own.
+#: On CPU slots only bound concurrency; the ids still reach the ranks (and their logs).
+DEVICE_VISIBILITY_ENV = {"cpu": "MESHTEST_SLOT_IDS", "npu": "ASCEND_RT_VISIBLE_DEVICES", "cuda": "CUDA_VISIBLE_DEVICES"}
+
+
+def default_slot_dir() -> str:
+    """``$MESHTEST_SLOT_DIR``, else ``~/.cache/meshtest/slots``."""
+    return os.environ.get("MESHTEST_SLOT_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "meshtest", "slots")
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,10 @@ class RunOptions:
     tag_filters: Tuple[str, ...] = ()
     name_patterns: Tuple[str, ...] = ()
     case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S
+    slots: int = DEFAULT_SLOTS
+    slot_dir: str = ""
+    device_need: Optional[int] = None
+    target: str = ""
 
 
 @dataclass
@@ -92,21 +105,26 @@ def _file_error(path: str, step: str, error: str) -> CaseOutcome:
                        failures=[{"rank": "-", "status": "error", "step": step, "error": error}])
 
 
-def _launch(group: Group, opts: RunOptions, out_dir: str) -> Tuple[int, bool, float]:
-    """Start the group's launcher and wait for it.
+def _launch(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) -> Tuple[int, bool, float]:
+    """Start the group's launcher on the first ``world_size`` slots of ``lease`` and wait for it.
+
+    The lease's lock files are inherited by the launch (``pass_fds``), so its slots stay held
+    as long as any of its processes lives, even if this runner dies first.
 
     :returns: (exit code, timed out, wall seconds). On timeout the launcher's whole process
         group (launcher and ranks) is killed.
     """
     os.makedirs(out_dir, exist_ok=True)
     plan_path = os.path.join(out_dir, "plan.json")
+    slot_ids = lease.slots[: group.world_size]
     write_plan(plan_path, group, platform=opts.platform, device_kind=opts.device_kind,
-               out_dir=os.path.abspath(out_dir), case_timeout_s=opts.case_timeout_s)
+               out_dir=os.path.abspath(out_dir), case_timeout_s=opts.case_timeout_s, slots=slot_ids)
     cmd = launch_command(backend_info(opts.platform).launcher, group.world_size, ["--plan", os.path.abspath(plan_path)])
     env = dict(os.environ)
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
     env.setdefault("OMP_NUM_THREADS", "1")
+    env[DEVICE_VISIBILITY_ENV.get(opts.device_kind, "MESHTEST_SLOT_IDS")] = ",".join(map(str, slot_ids))
     deadline = LAUNCH_OVERHEAD_S + opts.case_timeout_s * len(group.cases)
     t0 = time.monotonic()
     with open(os.path.join(out_dir, "launcher.log"), "w", encoding="utf-8") as logf:
@@ -114,7 +132,7 @@ def _launch(group: Group, opts: RunOptions, out_dir: str) -> Tuple[int, bool, fl
         logf.flush()
         # Own session, so the whole launch (launcher and ranks) can be killed as one group;
         # die_with_parent so it also dies if this runner is killed outright.
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, pass_fds=lease.fds,
                                 start_new_session=True, preexec_fn=die_with_parent)
         timed_out = False
         try:
@@ -163,9 +181,9 @@ def _launcher_tail(out_dir: str, n: int = 6) -> str:
         return ""
 
 
-def run_group(group: Group, opts: RunOptions, out_dir: str) -> Tuple[List[CaseOutcome], List[str]]:
+def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) -> Tuple[List[CaseOutcome], List[str]]:
     """Launch one group and turn its rank results into outcomes and report notes."""
-    rc, timed_out, wall = _launch(group, opts, out_dir)
+    rc, timed_out, wall = _launch(group, opts, out_dir, lease)
     by_case, done = _read_rank_results(out_dir, group.world_size)
     notes = [f"launch {group.group_id}: {group.world_size} ranks, {len(group.cases)} case(s), {wall:.1f}s, exit {rc}"]
     if timed_out:
@@ -191,27 +209,54 @@ def run_group(group: Group, opts: RunOptions, out_dir: str) -> Tuple[List[CaseOu
     return outcomes, notes
 
 
+def device_need(groups: Sequence[Group], declared: Optional[int]) -> int:
+    """Slots this run holds: ``declared`` (the build target's resource tag) or the largest
+    group's world size.
+
+    :raises SlotRequestError: a group needs more ranks than ``declared`` — the target's tag and the
+        planned launches disagree, which must never pass silently.
+    """
+    largest = max((g.world_size for g in groups), default=0)
+    if declared is None:
+        return largest
+    if largest > declared:
+        raise SlotRequestError(
+            f"launch group {max(groups, key=lambda g: g.world_size).group_id} needs {largest} ranks but the "
+            f"target declared a device need of {declared}; its tags are stale or were typed by hand"
+        )
+    return declared
+
+
 def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
-    """Scan, select, plan, launch and report.
+    """Scan, select, plan, take device slots, launch each group, report.
 
     :raises SelectionError: name patterns match nothing.
+    :raises meshtest.slots.SlotRequestError: the run needs more slots than the pool has.
     """
     os.makedirs(opts.artifacts_dir, exist_ok=True)
     cases, outcomes = scan_files(files)
     selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns)
     groups = plan_groups(selected)
     result = RunResult(outcomes=list(outcomes))
-    summary = open(os.path.join(opts.artifacts_dir, "summary.txt"), "w", encoding="utf-8")
-    with summary:
-        reporter.emit([f"meshtest: {len(selected)} case(s) selected from {len(files)} file(s) in {len(groups)} launch(es)"], stream, summary)
-        reporter.emit([reporter.format_outcome(o) for o in outcomes], stream, summary)
-        for group in groups:
-            reporter.emit([f"-- launch {group.group_id}: mesh {group.mesh_shape} {group.mesh_dim_names}, {len(group.cases)} case(s)"], stream, summary)
-            group_outcomes, notes = run_group(group, opts, os.path.join(opts.artifacts_dir, "ranks", group.group_id))
-            result.launches += 1
-            result.outcomes.extend(group_outcomes)
-            result.notes.extend(notes)
-            reporter.emit([reporter.format_outcome(o) for o in group_outcomes], stream, summary)
-        reporter.emit(reporter.summary_lines(result.outcomes, result.notes), stream, summary)
+    need = device_need(groups, opts.device_need)
+    with open(os.path.join(opts.artifacts_dir, "summary.txt"), "w", encoding="utf-8") as summary:
+        emit = lambda lines: reporter.emit(lines, stream, summary)  # noqa: E731
+        emit([f"meshtest: {len(selected)} case(s) selected from {len(files)} file(s) in {len(groups)} launch(es)"])
+        emit([reporter.format_outcome(o) for o in outcomes])
+        if groups:
+            pool = SlotPool(opts.slot_dir or default_slot_dir(), opts.slots)
+            t0 = time.monotonic()
+            with pool.acquire(need, opts.target or ",".join(files)) as lease:
+                result.notes.append(f"device slots {lease.slots} of {opts.slots} held "
+                                    f"(waited {time.monotonic() - t0:.1f}s; pool {pool.directory})")
+                for group in groups:
+                    emit([f"-- launch {group.group_id}: mesh {group.mesh_shape} {group.mesh_dim_names}, "
+                          f"{len(group.cases)} case(s), slots {lease.slots[:group.world_size]}"])
+                    group_outcomes, notes = run_group(group, opts, os.path.join(opts.artifacts_dir, "ranks", group.group_id), lease)
+                    result.launches += 1
+                    result.outcomes.extend(group_outcomes)
+                    result.notes.extend(notes)
+                    emit([reporter.format_outcome(o) for o in group_outcomes])
+        emit(reporter.summary_lines(result.outcomes, result.notes))
     reporter.write_results(os.path.join(opts.artifacts_dir, "results.jsonl"), result.outcomes)
     return result

@@ -157,3 +157,80 @@ class SlotPool:
             os.close(fd)
         lease.fds = []
         self.audit("release", lease.target, lease.slots, len(lease.slots))
+
+
+@dataclass(frozen=True)
+class AuditStats:
+    """Figures from an audit log.
+
+    :ivar peak_in_use: most slots held at any instant.
+    :ivar utilization: held slot-seconds / (pool size × span), in [0, 1].
+    :ivar span_s: seconds from the first acquire to the last release.
+    :ivar leases: completed acquire/release pairs.
+    :ivar open_leases: acquires with no release (a holder still running, or killed).
+    :ivar mean_wait_s: mean seconds from ``wait`` to ``acquire``.
+    """
+
+    size: int
+    peak_in_use: int
+    utilization: float
+    span_s: float
+    leases: int
+    open_leases: int
+    mean_wait_s: float
+
+
+def audit_stats(records: Sequence[dict], size: Optional[int] = None) -> AuditStats:
+    """Summarise audit records (dicts as written by :meth:`SlotPool.audit`).
+
+    Peak usage is a sweep over acquire (+slots) and release (−slots) events in time order,
+    releases first at equal times. A lease killed without a release record counts as held
+    until the last event of the log.
+
+    :param size: pool size; default: the ``size`` recorded in the log.
+    """
+    size = size or max((r.get("size", 0) for r in records), default=0) or DEFAULT_SLOTS
+    start: dict = {}
+    waits: dict = {}
+    wait_times: List[float] = []
+    intervals: List[tuple] = []
+    for r in sorted(records, key=lambda r: r["t"]):
+        key = (r["pid"], r["target"])
+        if r["event"] == "wait":
+            waits[key] = r["t"]
+        elif r["event"] == "acquire":
+            start[key] = (r["t"], len(r["slots"]))
+            if key in waits:
+                wait_times.append(r["t"] - waits.pop(key))
+        elif r["event"] == "release" and key in start:
+            t0, n = start.pop(key)
+            intervals.append((t0, r["t"], n))
+    end = max((r["t"] for r in records), default=0.0)
+    open_leases = len(start)
+    intervals.extend((t0, end, n) for t0, n in start.values())
+    events = sorted([(t0, 1, n) for t0, _, n in intervals] + [(t1, 0, -n) for _, t1, n in intervals])
+    peak = in_use = 0
+    for _, _, delta in events:
+        in_use += delta
+        peak = max(peak, in_use)
+    if not intervals:
+        return AuditStats(size, 0, 0.0, 0.0, 0, open_leases, 0.0)
+    span = max(t1 for _, t1, _ in intervals) - min(t0 for t0, _, _ in intervals)
+    held = sum((t1 - t0) * n for t0, t1, n in intervals)
+    util = held / (size * span) if span > 0 else 0.0
+    return AuditStats(size, peak, util, span, len(intervals) - open_leases, open_leases,
+                      sum(wait_times) / len(wait_times) if wait_times else 0.0)
+
+
+def read_audit(directory: str) -> List[dict]:
+    """Records of ``directory``'s ``audit.jsonl`` (a line cut by a crash is skipped)."""
+    path = os.path.join(directory, "audit.jsonl")
+    out = []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    return out

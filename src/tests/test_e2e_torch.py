@@ -69,3 +69,26 @@ def test_case_filter_env_and_file_case_spec(tmp_path):
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 case(s) selected" in proc.stdout and "meshtest: 1 passed, 0 failed" in proc.stdout
+
+
+def test_slots_reach_ranks_and_a_need_above_the_pool_fails_fast(tmp_path):
+    path = case_file(tmp_path, "case_e2e.py", BODY)
+    env = {**os.environ, "PYTHONPATH": SRC_ROOT}
+    slot_dir = tmp_path / "slots"
+    proc = subprocess.run([sys.executable, "-m", "meshtest", f"{path}::e2e_add", "--artifacts-dir", str(tmp_path / "o"),
+                           "--slot-dir", str(slot_dir), "--target", "cases:e2e", "--device-need", "4"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "device slots [0, 1, 2, 3] of 8 held" in proc.stdout
+    assert "device slots [0, 1]" in (tmp_path / "o" / "ranks" / "w2-2" / "rank1.log").read_text()
+    events = [json.loads(l)["event"] for l in (slot_dir / "audit.jsonl").read_text().splitlines()]
+    assert events == ["wait", "acquire", "release"]
+    proc = subprocess.run([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(tmp_path / "o2"),
+                           "--slot-dir", str(slot_dir), "--slots", "1", "--target", "cases:e2e"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2
+    assert "cases:e2e needs 2 device slot(s) but the pool has 1" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(tmp_path / "o3"),
+                           "--slot-dir", str(slot_dir), "--device-need", "1"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2 and "declared a device need of 1" in proc.stderr
