@@ -16,12 +16,14 @@ PASSING = ("pass", "xfail")
 
 
 def collect(root: str) -> Dict[str, List[dict]]:
-    """``{target dir: [outcome, ...]}`` for every ``results.jsonl`` under ``root``."""
+    """``{test result dir: [outcome, ...]}`` from ``<root>/<dir>/results.jsonl`` (one level deep:
+    the per-file copies under ``targets/`` are not counted twice)."""
     found: Dict[str, List[dict]] = {}
-    for dirpath, _, files in os.walk(root):
-        if "results.jsonl" in files:
-            with open(os.path.join(dirpath, "results.jsonl"), encoding="utf-8") as f:
-                found[os.path.relpath(dirpath, root)] = [json.loads(line) for line in f if line.strip()]
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        path = os.path.join(root, name, "results.jsonl")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                found[name] = [json.loads(line) for line in f if line.strip()]
     return found
 
 

@@ -10,6 +10,8 @@ Artifacts, under ``artifacts_dir``::
     ranks/<group>/rank<k>.jsonl    rank k's per-case results
     results.jsonl                  one aggregated outcome per case
     summary.txt                    the report printed on stdout
+    junit.xml                      one <testcase> per case (failures name ranks and step)
+    targets/<file>/                results.jsonl and junit.xml of one case file
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from . import reporter
 from .backend import backend_info
 from .errors import SelectionError
+from .junit import write_junit
 from .launcher import launch_command
 from .proctree import die_with_parent
 from .planner import Group, plan_groups, select_cases, write_plan
@@ -258,5 +261,19 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
                     result.notes.extend(notes)
                     emit([reporter.format_outcome(o) for o in group_outcomes])
         emit(reporter.summary_lines(result.outcomes, result.notes))
-    reporter.write_results(os.path.join(opts.artifacts_dir, "results.jsonl"), result.outcomes)
+    write_evidence(opts.artifacts_dir, result.outcomes)
     return result
+
+
+def write_evidence(artifacts_dir: str, outcomes: Sequence[CaseOutcome]) -> None:
+    """``results.jsonl`` and ``junit.xml`` for the whole run, and again per case file under
+    ``targets/<file path with / as .>/`` (one run may serve several build targets)."""
+    reporter.write_results(os.path.join(artifacts_dir, "results.jsonl"), outcomes)
+    write_junit(os.path.join(artifacts_dir, "junit.xml"), outcomes)
+    files = sorted({o.file for o in outcomes})
+    for file in files:
+        d = os.path.join(artifacts_dir, "targets", file.replace(os.sep, "."))
+        os.makedirs(d, exist_ok=True)
+        mine = [o for o in outcomes if o.file == file]
+        reporter.write_results(os.path.join(d, "results.jsonl"), mine)
+        write_junit(os.path.join(d, "junit.xml"), mine)

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import meshtest
 
@@ -50,6 +51,13 @@ def test_wrong_expectation_names_case_rank_and_step(tmp_path):
     assert "meshtest: 2 passed, 1 failed" in text
     results = [json.loads(l) for l in (out_dir / "results.jsonl").read_text().splitlines()]
     assert {r["case"]: r["status"] for r in results} == {"e2e_add": "pass", "e2e_wrong": "fail", "e2e_after": "pass"}
+    junit = ET.parse(out_dir / "junit.xml").getroot()
+    cases = {c.get("name"): c for c in junit.iter("testcase")}
+    assert set(cases) == {"e2e_add", "e2e_wrong", "e2e_after"}
+    failure = cases["e2e_wrong"].find("failure")
+    assert failure is not None and cases["e2e_add"].find("failure") is None
+    assert "rank 0: fail at step compare: output[0]:" in failure.get("message")
+    assert "rank 1: fail at step compare" in failure.get("message")
     group = out_dir / "ranks" / "w2-2"
     for rank in (0, 1):
         assert "case e2e_wrong: fail at step compare" in (group / f"rank{rank}.log").read_text()

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from meshtest.planner import plan_groups
 from meshtest.scan import scan_case_source
 
 from meshtest_pants.subsystem import MeshtestSubsystem
@@ -20,6 +21,7 @@ from meshtest_pants.target_types import (
     MeshtestCasesSourcesField,
     MeshtestCaseSourceField,
     MeshtestDeviceNeedField,
+    MeshtestLaunchGroupsField,
     MeshtestParseErrorField,
 )
 from pants.engine.fs import DigestContents, PathGlobs
@@ -48,6 +50,7 @@ class ScannedCaseFile:
     error: str | None  # set when the scan failed; then `tags` and `device_need` are empty
     tags: tuple[str, ...]
     device_need: int | None
+    launch_groups: tuple[str, ...] = ()
 
 
 def merge_tags(generator_tags: Iterable[str] | None, scanned_tags: Iterable[str]) -> tuple[str, ...]:
@@ -66,6 +69,7 @@ def case_file_field_values(
         MeshtestCaseSourceField.alias: case_file.relpath,
         Tags.alias: merge_tags(template.get(Tags.alias), case_file.tags),
         MeshtestDeviceNeedField.alias: case_file.device_need,
+        MeshtestLaunchGroupsField.alias: case_file.launch_groups,
         MeshtestParseErrorField.alias: case_file.error,
         Dependencies.alias: (
             *(template.get(Dependencies.alias) or ()),
@@ -90,8 +94,9 @@ def scan_case_files(spec_path: str, contents: DigestContents) -> tuple[ScannedCa
         if scan.error is not None:
             scanned.append(ScannedCaseFile(relpath, scan.error, (), None))
         else:
+            groups = tuple(g.group_id for g in plan_groups(scan.cases))
             scanned.append(
-                ScannedCaseFile(relpath, None, tuple(scan.target_tags()), scan.device_need)
+                ScannedCaseFile(relpath, None, tuple(scan.target_tags()), scan.device_need, groups)
             )
     return tuple(scanned)
 

@@ -32,15 +32,19 @@ def forwarded_tag_filters(global_tags: Iterable[str]) -> tuple[str, ...]:
 
 
 def runner_argv(
-    case_file: str,
+    case_files: Iterable[str],
     *,
     platform: str,
     device_kind: str,
     gates: Iterable[str],
     tag_filters: Iterable[str],
+    device_need: int,
+    target: str,
 ) -> tuple[str, ...]:
-    """Arguments after the interpreter: `-m meshtest run ... <case_file>`.
+    """Arguments after the interpreter: `-m meshtest run ... <case_file>...`.
 
+    `device_need` is the batch's resource tag (largest `device_need` of its targets): the runner
+    holds that many device slots for the whole process. `target` labels the slot audit log.
     Values use the `--opt=value` form so an exclusion (`-mesh:8`) is not read as a flag.
     """
     return (
@@ -50,9 +54,11 @@ def runner_argv(
         f"--artifacts-dir={ARTIFACTS_DIR}",
         f"--platform={platform}",
         f"--device-kind={device_kind}",
+        f"--device-need={device_need}",
+        f"--target={target}",
         *(f"--gate={gate}" for gate in gates),
         *(f"--tag={tag}" for tag in tag_filters),
-        case_file,
+        *case_files,
     )
 
 

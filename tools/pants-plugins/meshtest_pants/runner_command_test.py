@@ -16,11 +16,13 @@ def test_forwarded_tag_filters_keep_each_clause_whole() -> None:
 
 def test_runner_argv_puts_options_before_the_case_file() -> None:
     argv = runner_argv(
-        "cases/torch/case_add.py",
+        ["cases/torch/case_add.py", "cases/torch/case_mul.py"],
         platform="torch",
         device_kind="cpu",
         gates=["cpu_level0"],
         tag_filters=["-mesh:8"],
+        device_need=4,
+        target="torch w2-2+w4-4",
     )
     assert argv == (
         "-m",
@@ -29,9 +31,12 @@ def test_runner_argv_puts_options_before_the_case_file() -> None:
         f"--artifacts-dir={ARTIFACTS_DIR}",
         "--platform=torch",
         "--device-kind=cpu",
+        "--device-need=4",
+        "--target=torch w2-2+w4-4",
         "--gate=cpu_level0",
         "--tag=-mesh:8",
         "cases/torch/case_add.py",
+        "cases/torch/case_mul.py",
     )
 
 

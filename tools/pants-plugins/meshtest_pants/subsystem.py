@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pants.option.option_types import EnumOption, IntOption, SkipOption, StrListOption
+from pants.option.option_types import BoolOption, EnumOption, IntOption, SkipOption, StrListOption
 from pants.option.subsystem import Subsystem
 from pants.util.strutil import help_text
 
@@ -41,6 +41,17 @@ class MeshtestSubsystem(Subsystem):
         help=help_text(
             """
             Kind of device the ranks run on, passed to the runner as `--device-kind`.
+            """
+        ),
+    )
+    batch = BoolOption(
+        default=True,
+        help=help_text(
+            """
+            Run case files that plan into the same launch groups (same platform and meshes) in
+            one test process, which starts each launch once for all of them. Off: one process
+            per file (per-file caching; one launch per file and mesh group). See
+            WORKSPACE-notes.md, "Batching", for the trade-off.
             """
         ),
     )

@@ -16,6 +16,7 @@ from pants.engine.target import (
     IntField,
     MultipleSourcesField,
     StringField,
+    StringSequenceField,
     Target,
     TargetGenerator,
     ValidNumbers,
@@ -77,6 +78,17 @@ class MeshtestDeviceNeedField(IntField):
     )
 
 
+class MeshtestLaunchGroupsField(StringSequenceField):
+    alias = "launch_groups"
+    help = help_text(
+        """
+        Ids of the launches the file's cases plan into (`meshtest.planner.plan_groups`, e.g.
+        `w4-2x2`): files with the same launch groups are batched into one test process that
+        starts each launch once. Computed by `meshtest_cases`; not written by hand.
+        """
+    )
+
+
 class MeshtestParseErrorField(StringField):
     alias = "parse_error"
     help = help_text(
@@ -102,6 +114,7 @@ class MeshtestCaseFileTarget(Target):
         InterpreterConstraintsField,
         MeshtestPlatformField,
         MeshtestDeviceNeedField,
+        MeshtestLaunchGroupsField,
         MeshtestParseErrorField,
         MeshtestTimeoutField,
     )

@@ -17,10 +17,14 @@ from meshtest_pants.runner_command import (
 from meshtest_pants.subsystem import MeshtestSubsystem
 from meshtest_pants.target_types import (
     MeshtestCaseSourceField,
+    MeshtestDeviceNeedField,
+    MeshtestLaunchGroupsField,
     MeshtestParseErrorField,
     MeshtestPlatformField,
     MeshtestTimeoutField,
 )
+from pants.backend.python.target_types import PythonResolveField
+from pants.core.util_rules.partitions import Partition, PartitionerType, Partitions
 from pants.backend.python.util_rules.interpreter_constraints import InterpreterConstraints
 from pants.backend.python.util_rules.pex import Pex, PexRequest, VenvPex, VenvPexProcess
 from pants.backend.python.util_rules.pex_from_targets import (
@@ -65,12 +69,65 @@ class MeshtestCaseFieldSet(TestFieldSet):
     parse_error: MeshtestParseErrorField
     platform: MeshtestPlatformField
     timeout: MeshtestTimeoutField
+    device_need: MeshtestDeviceNeedField
+    launch_groups: MeshtestLaunchGroupsField
+    resolve: PythonResolveField
 
 
 class MeshtestTestRequest(TestRequest):
     tool_subsystem = MeshtestSubsystem
     field_set_type = MeshtestCaseFieldSet
+    partitioner_type = PartitionerType.CUSTOM
     # `--debug` is not supported: Pants answers it with a NotImplementedError naming the goal.
+
+
+@dataclass(frozen=True)
+class MeshtestPartitionMetadata:
+    """Shared by the case files of one partition; `description` also labels the slot audit log."""
+
+    description: str
+
+
+def partition_key(field_set: MeshtestCaseFieldSet, batch: bool) -> tuple[str, ...]:
+    """Case files with equal keys run in one process, which starts each launch group once.
+
+    A file whose scan failed is alone (it fails by itself); with `[meshtest].batch` off every
+    file is alone (per-file caching, one launch per file and mesh group).
+    """
+    if field_set.parse_error.value is not None or not batch:
+        return ("file", field_set.address.spec)
+    return (
+        field_set.platform.value,
+        field_set.resolve.value or "",
+        *sorted(field_set.launch_groups.value or ()),
+    )
+
+
+def partition_description(key: tuple[str, ...]) -> str:
+    if key[0] == "file":
+        return key[1]
+    return f"{key[0]} launches {'+'.join(key[2:]) or '(none)'}"
+
+
+@rule(desc="Partition meshtest case files by launch groups", level=LogLevel.DEBUG)
+async def partition_meshtest_case_files(
+    request: MeshtestTestRequest.PartitionRequest[MeshtestCaseFieldSet],
+    meshtest: MeshtestSubsystem,
+) -> Partitions[MeshtestCaseFieldSet, MeshtestPartitionMetadata]:
+    by_key: dict[tuple[str, ...], list[MeshtestCaseFieldSet]] = {}
+    for field_set in request.field_sets:
+        by_key.setdefault(partition_key(field_set, meshtest.batch), []).append(field_set)
+    return Partitions(
+        Partition(tuple(sorted(field_sets, key=lambda fs: fs.address.spec)),
+                  MeshtestPartitionMetadata(partition_description(key)))
+        for key, field_sets in sorted(by_key.items())
+    )
+
+
+@dataclass(frozen=True)
+class MeshtestRunnerSetupRequest:
+    field_sets: tuple[MeshtestCaseFieldSet, ...]
+    description: str
 
 
 @dataclass(frozen=True)
@@ -83,22 +140,28 @@ def cache_scope_for(test_subsystem: TestSubsystem) -> ProcessCacheScope:
     return ProcessCacheScope.PER_SESSION if test_subsystem.force else ProcessCacheScope.SUCCESSFUL
 
 
-@rule(desc="Set up `python -m meshtest run` for a case file", level=LogLevel.DEBUG)
-async def setup_meshtest_runner_for_case_file(
-    field_set: MeshtestCaseFieldSet,
+def batch_timeout(field_sets, test_subsystem: TestSubsystem) -> int | None:
+    """Sum of the files' timeouts (a batch runs them one after another); None if any is unset."""
+    timeouts = [fs.timeout.calculate_from_global_options(test_subsystem) for fs in field_sets]
+    return None if any(t is None for t in timeouts) else sum(timeouts)
+
+
+@rule(desc="Set up `python -m meshtest run` for case files", level=LogLevel.DEBUG)
+async def setup_meshtest_runner_for_case_files(
+    request: MeshtestRunnerSetupRequest,
     meshtest: MeshtestSubsystem,
     test_subsystem: TestSubsystem,
     test_extra_env: TestExtraEnv,
     global_options: GlobalOptions,
 ) -> MeshtestRunnerSetup:
-    address = field_set.address
-    transitive_targets, interpreter_constraints, case_file = await MultiGet(
-        Get(TransitiveTargets, TransitiveTargetsRequest([address])),
-        Get(InterpreterConstraints, InterpreterConstraintsRequest([address])),
-        Get(SourceFiles, SourceFilesRequest([field_set.source])),
+    addresses = [fs.address for fs in request.field_sets]
+    transitive_targets, interpreter_constraints, case_files = await MultiGet(
+        Get(TransitiveTargets, TransitiveTargetsRequest(addresses)),
+        Get(InterpreterConstraints, InterpreterConstraintsRequest(addresses)),
+        Get(SourceFiles, SourceFilesRequest([fs.source for fs in request.field_sets])),
     )
     requirements_pex, sources, scratch_dirs = await MultiGet(
-        Get(Pex, RequirementsPexRequest([address])),
+        Get(Pex, RequirementsPexRequest(addresses)),
         Get(PythonSourceFiles, PythonSourceFilesRequest(transitive_targets.closure)),
         Get(Digest, CreateDigest([Directory(ARTIFACTS_DIR), Directory(SANDBOX_HOME)])),
     )
@@ -116,16 +179,19 @@ async def setup_meshtest_runner_for_case_file(
         ),
         Get(Digest, MergeDigests([sources.source_files.snapshot.digest, scratch_dirs])),
     )
+    platforms = {fs.platform.value for fs in request.field_sets}
     process = await Get(
         Process,
         VenvPexProcess(
             runner_venv,
             argv=runner_argv(
-                case_file.files[0],
-                platform=field_set.platform.value,
+                sorted(case_files.files),
+                platform=platforms.pop(),
                 device_kind=meshtest.device_kind.value,
                 gates=meshtest.gates,
                 tag_filters=forwarded_tag_filters(global_options.tag),
+                device_need=max(fs.device_need.value or 0 for fs in request.field_sets),
+                target=request.description,
             ),
             extra_env=runner_env(
                 source_roots=sources.source_roots,
@@ -135,8 +201,8 @@ async def setup_meshtest_runner_for_case_file(
             append_only_caches={SLOTS_CACHE_NAME: SLOTS_DIR},
             input_digest=input_digest,
             output_directories=(ARTIFACTS_DIR,),
-            timeout_seconds=field_set.timeout.calculate_from_global_options(test_subsystem),
-            description=f"Run meshtest cases in {address}",
+            timeout_seconds=batch_timeout(request.field_sets, test_subsystem),
+            description=f"Run meshtest cases: {request.description} ({len(addresses)} file(s))",
             level=LogLevel.DEBUG,
             cache_scope=cache_scope_for(test_subsystem),
         ),
@@ -160,24 +226,27 @@ def parse_error_process(bash: BashBinary, field_set: MeshtestCaseFieldSet) -> Pr
 
 @rule(desc="Run meshtest case files", level=LogLevel.DEBUG)
 async def run_tests_with_meshtest(
-    batch: MeshtestTestRequest.Batch[MeshtestCaseFieldSet, Any],
+    batch: MeshtestTestRequest.Batch[MeshtestCaseFieldSet, MeshtestPartitionMetadata],
     test_subsystem: TestSubsystem,
     bash: BashBinary,
 ) -> TestResult:
-    field_set = batch.single_element
-    if field_set.parse_error.value is not None:
-        process = parse_error_process(bash, field_set)
+    broken = [fs for fs in batch.elements if fs.parse_error.value is not None]
+    if broken:  # the partitioner puts a broken file in a batch of its own
+        process = parse_error_process(bash, broken[0])
     else:
-        setup = await Get(MeshtestRunnerSetup, MeshtestCaseFieldSet, field_set)
+        setup = await Get(
+            MeshtestRunnerSetup,
+            MeshtestRunnerSetupRequest(tuple(batch.elements), batch.partition_metadata.description),
+        )
         process = setup.process
     result = await Get(FallibleProcessResult, Process, process)
     artifacts = await Get(
         Digest, DigestSubset(result.output_digest, PathGlobs([f"{ARTIFACTS_DIR}/**"]))
     )
     extra_output = await Get(Snapshot, RemovePrefix(artifacts, ARTIFACTS_DIR))
-    return TestResult.from_fallible_process_result(
+    return TestResult.from_batched_fallible_process_result(
         result,
-        address=field_set.address,
+        batch=batch,
         output_setting=test_subsystem.output,
         extra_output=extra_output,
         log_extra_output=True,

@@ -1,0 +1,47 @@
+"""JUnit XML for CI browsers: one ``<testsuite>`` per case file, one ``<testcase>`` per case.
+
+Written with the ``junitparser`` library. A failing case carries a ``<failure>`` (comparison)
+or ``<error>`` (anything else: exception, crash, timeout, missing rank) whose message names
+the ranks and the step, and whose text is the report's detail lines. ``xfail`` cases pass with
+a ``system-out`` note; ``xpass`` is a failure (the known-failure mark must go).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Sequence
+
+from junitparser import Error, Failure, JUnitXml, TestCase, TestSuite
+
+from .reporter import CaseOutcome, format_outcome
+
+
+def _message(o: CaseOutcome) -> str:
+    parts = []
+    for f in o.failures:
+        first = (f["error"].strip().splitlines() or [""])[0]
+        parts.append(f"rank {f['rank']}: {f['status']} at step {f['step']}: {first}")
+    return "; ".join(dict.fromkeys(parts)) or o.status
+
+
+def write_junit(path: str, outcomes: Sequence[CaseOutcome]) -> None:
+    """Write ``outcomes`` as JUnit XML to ``path``; times are the slowest rank's, in seconds."""
+    by_file: Dict[str, List[CaseOutcome]] = {}
+    for o in outcomes:
+        by_file.setdefault(o.file, []).append(o)
+    xml = JUnitXml(name="meshtest")
+    for file, items in by_file.items():
+        suite = TestSuite(file)
+        for o in items:
+            case = TestCase(o.case, classname=file, time=o.slowest_s)
+            if o.status == "fail" or o.status == "xpass":
+                result = Failure(_message(o) if o.status == "fail" else "passed but is marked known_failure", o.status)
+                result.text = format_outcome(o)
+                case.result = [result]
+            elif o.status not in ("pass", "xfail"):
+                result = Error(_message(o), o.status)
+                result.text = format_outcome(o)
+                case.result = [result]
+            elif o.status == "xfail":
+                case.system_out = "known failure (xfail): " + _message(o)
+            suite.add_testcase(case)
+        xml.add_testsuite(suite)
+    xml.write(path, pretty=True)
