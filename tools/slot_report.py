@@ -32,6 +32,7 @@ def main(argv=None) -> int:
     s = audit_stats(records)
     print(f"pool size          {s.size}")
     print(f"leases             {s.leases} ({s.open_leases} never released)")
+    print(f"launches           {s.launches}")
     print(f"peak slots in use  {s.peak_in_use}")
     print(f"span               {s.span_s:.1f} s")
     print(f"slot-time used     {s.utilization:.1%}")

@@ -255,6 +255,7 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
                 for group in groups:
                     emit([f"-- launch {group.group_id}: mesh {group.mesh_shape} {group.mesh_dim_names}, "
                           f"{len(group.cases)} case(s), slots {lease.slots[:group.world_size]}"])
+                    pool.audit("launch", lease.target, lease.slots[: group.world_size], group.world_size)
                     group_outcomes, notes = run_group(group, opts, os.path.join(opts.artifacts_dir, "ranks", group.group_id), lease)
                     result.launches += 1
                     result.outcomes.extend(group_outcomes)

@@ -16,7 +16,8 @@ them the moment a holder dies — no stale locks):
   of 2-slot requests.
 
 Every wait, acquire and release is appended to ``audit.jsonl`` in the directory (one JSON
-object per line: ``t`` (Unix seconds), ``event``, ``target``, ``slots``, ``need``, ``pid``);
+object per line: ``t`` (Unix seconds), ``event``, ``target``, ``slots``, ``need``, ``pid``),
+and the runner adds a ``launch`` event per launch it starts on its lease;
 ``tools/slot_report.py`` turns it into peak usage and slot-time utilization.
 """
 from __future__ import annotations
@@ -169,6 +170,7 @@ class AuditStats:
     :ivar leases: completed acquire/release pairs.
     :ivar open_leases: acquires with no release (a holder still running, or killed).
     :ivar mean_wait_s: mean seconds from ``wait`` to ``acquire``.
+    :ivar launches: ``launch`` events (launcher starts) in the records.
     """
 
     size: int
@@ -178,6 +180,7 @@ class AuditStats:
     leases: int
     open_leases: int
     mean_wait_s: float
+    launches: int = 0
 
 
 def audit_stats(records: Sequence[dict], size: Optional[int] = None) -> AuditStats:
@@ -213,13 +216,14 @@ def audit_stats(records: Sequence[dict], size: Optional[int] = None) -> AuditSta
     for _, _, delta in events:
         in_use += delta
         peak = max(peak, in_use)
+    launches = sum(r["event"] == "launch" for r in records)
     if not intervals:
-        return AuditStats(size, 0, 0.0, 0.0, 0, open_leases, 0.0)
+        return AuditStats(size, 0, 0.0, 0.0, 0, open_leases, 0.0, launches)
     span = max(t1 for _, t1, _ in intervals) - min(t0 for t0, _, _ in intervals)
     held = sum((t1 - t0) * n for t0, t1, n in intervals)
     util = held / (size * span) if span > 0 else 0.0
     return AuditStats(size, peak, util, span, len(intervals) - open_leases, open_leases,
-                      sum(wait_times) / len(wait_times) if wait_times else 0.0)
+                      sum(wait_times) / len(wait_times) if wait_times else 0.0, launches)
 
 
 def read_audit(directory: str) -> List[dict]:
