@@ -27,8 +27,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     records = [r for r in read_audit(args.slot_dir) if r["t"] >= args.since]
     if not records:
-        print(f"no audit records in {args.slot_dir}")
-        return 1
+        print(f"no audit records in {args.slot_dir}" + (f" since {args.since}" if args.since else ""))
     s = audit_stats(records)
     print(f"pool size          {s.size}")
     print(f"leases             {s.leases} ({s.open_leases} never released)")
@@ -37,7 +36,7 @@ def main(argv=None) -> int:
     print(f"span               {s.span_s:.1f} s")
     print(f"slot-time used     {s.utilization:.1%}")
     print(f"mean wait          {s.mean_wait_s:.2f} s")
-    return 0
+    return 0 if records or args.since else 1
 
 
 if __name__ == "__main__":
