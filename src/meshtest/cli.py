@@ -19,10 +19,9 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 from .errors import SelectionError
-from .runner import DEFAULT_CASE_TIMEOUT_S, RunOptions, run
-from .slots import DEFAULT_SLOTS, SlotRequestError
+from .planner import DEFAULT_CASE_TIMEOUT_S
 from .scan import scan_case_file
-
+from .slots import DEFAULT_SLOTS, SlotRequestError
 #: Environment variable with comma-separated fnmatch patterns of case names to run.
 CASE_FILTER_ENV = "MESHTEST_CASE_FILTER"
 
@@ -76,6 +75,8 @@ def _cmd_scan(files: Sequence[str]) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from .runner import RunOptions, run
+
     files, names = _split_specs(args.specs)
     missing = [f for f in files if not os.path.isfile(f)]
     if missing:

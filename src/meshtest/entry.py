@@ -79,27 +79,33 @@ def run_case(case: OpShardCase, backend: ShardBackend, mesh: Any) -> Tuple[str, 
         ``known_failure`` mapping).
     """
     step = "build"
+
+    def enter(name: str) -> str:  # each step is logged, so a hang's rank log shows where it is
+        log.info("case %s: step %s", case.name, name)
+        return name
+
     try:
+        enter(step)
         full = [
             backend.make_tensor(s.build_numpy(case.input_seed(i)), s.dtype, s.requires_grad)
             for i, s in enumerate(case.inputs)
         ]
-        step = "derive"
+        step = enter("derive")
         derived = [d.fn(*[backend.clone(t) for t in full]) for d in case.derived_inputs]
-        step = "reference"
+        step = enter("reference")
         ref_kwargs = {"mesh": None} if case.needs_mesh else {}
         expected = _outputs(case.fn(*[backend.clone(t) for t in full + derived], **ref_kwargs), backend, "fn (reference)")
-        step = "distribute"
+        step = enter("distribute")
         placements = list(case.placements) + [d.placements for d in case.derived_inputs]
         dist_inputs = [backend.distribute(t, mesh, p) for t, p in zip(full + derived, placements)]
-        step = "run"
+        step = enter("run")
         run_kwargs = {"mesh": mesh} if case.needs_mesh else {}
         actual = _outputs(case.fn(*dist_inputs, **run_kwargs), backend, "fn (distributed)")
         if len(actual) != len(expected):
             raise ValueError(f"fn returned {len(actual)} output(s) distributed but {len(expected)} on the reference")
-        step = "gather"
+        step = enter("gather")
         gathered = [(i, backend.local_to_global(o)) for i, o in _select(actual, case)]
-        step = "compare"
+        step = enter("compare")
         for i, g in gathered:
             e = expected[i]
             if not backend.is_tensor(e) or not backend.is_tensor(g):

@@ -18,6 +18,9 @@ from .errors import SelectionError
 from .scan import ScannedCase
 
 PLAN_VERSION = 1
+#: Default deadline of one case, in seconds (a launch's deadline is the sum over its cases
+#: plus the runner's launch overhead). The process group timeout is half of it.
+DEFAULT_CASE_TIMEOUT_S = 120.0
 
 
 def normalised_dim_names(ndim: int) -> Tuple[str, ...]:

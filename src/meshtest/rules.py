@@ -92,6 +92,23 @@ def check_flag(file: str, case: str, field: str, value: Any) -> bool:
     return value
 
 
+def placement_arity_error(file: str, case: str, where: str, written: str, mesh_shape: Tuple[int, ...]) -> CaseDeclarationError:
+    """Rule ``placement-arity`` (shared with the static scan, which sees placements as text)."""
+    return CaseDeclarationError(
+        file, case, "placement-arity",
+        f"{where} placements {written} must have one placement per mesh dimension: "
+        f"mesh_shape {mesh_shape!r} has {len(mesh_shape)} (placements follow the mesh, not the tensor's dimensions)",
+    )
+
+
+def placement_count_error(file: str, case: str, n_inputs: int, n_placements: object, what: str = "inputs") -> CaseDeclarationError:
+    """Rule ``placement-count`` (shared with the static scan)."""
+    return CaseDeclarationError(
+        file, case, "placement-count",
+        f"{n_inputs} {what} but {n_placements!r} placement tuple(s); give one placement tuple per input",
+    )
+
+
 def check_placements(
     file: str,
     case: str,
@@ -110,18 +127,11 @@ def check_placements(
 
     if not isinstance(placements, (tuple, list)) or len(placements) != len(shapes):
         n = len(placements) if isinstance(placements, (tuple, list)) else placements
-        raise CaseDeclarationError(
-            file, case, "placement-count",
-            f"{len(shapes)} {what} but {n!r} placement tuple(s); give one placement tuple per input",
-        )
+        raise placement_count_error(file, case, len(shapes), n, what)
     out = []
     for i, (shape, per_input) in enumerate(zip(shapes, placements)):
         if not isinstance(per_input, (tuple, list)) or len(per_input) != len(mesh_shape):
-            raise CaseDeclarationError(
-                file, case, "placement-arity",
-                f"{what}[{i}] placements {per_input!r} must have one placement per mesh dimension: "
-                f"mesh_shape {mesh_shape!r} has {len(mesh_shape)} (not one per tensor dimension, seed 000 §8.4)",
-            )
+            raise placement_arity_error(file, case, f"{what}[{i}]", repr(per_input), mesh_shape)
         normalised = []
         for p in per_input:
             if not isinstance(p, Placement) or type(p) is Placement:

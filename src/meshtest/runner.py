@@ -30,14 +30,11 @@ from .errors import SelectionError
 from .junit import write_junit
 from .launcher import launch_command
 from .proctree import die_with_parent
-from .planner import Group, plan_groups, select_cases, write_plan
+from .planner import DEFAULT_CASE_TIMEOUT_S, Group, plan_groups, select_cases, write_plan
 from .reporter import CaseOutcome
 from .scan import FileScan, ScannedCase, scan_case_file
 from .slots import DEFAULT_SLOTS, SlotLease, SlotPool, SlotRequestError
 
-#: Default deadline of one case, in seconds (a launch's deadline is the sum over its cases
-#: plus :data:`LAUNCH_OVERHEAD_S`). The process group timeout is half of it.
-DEFAULT_CASE_TIMEOUT_S = 120.0
 #: Seconds allowed for starting and tearing down one launch (measured: 4-11 s for 2-8 ranks).
 LAUNCH_OVERHEAD_S = 120.0
 #: Environment variable, per device kind, that tells a launch's ranks which devices they own.

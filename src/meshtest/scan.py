@@ -182,6 +182,22 @@ def scan_case_file(path: str) -> FileScan:
     return scan_case_source(path, source)
 
 
+def _check_placement_shapes(path: str, name: str, mesh_shape: Tuple[int, ...], kw: Dict[str, ast.AST]) -> None:
+    """Rules ``placement-count`` and ``placement-arity`` where ``placements=`` (and ``inputs=``)
+    are written as list/tuple displays, so such mistakes fail at target generation rather than
+    after a launch. Anything else is left to registration on the ranks."""
+    placements = kw.get("placements")
+    if not isinstance(placements, (ast.List, ast.Tuple)):
+        return
+    inputs = kw.get("inputs")
+    if isinstance(inputs, (ast.List, ast.Tuple)) and len(inputs.elts) != len(placements.elts):
+        raise rules.placement_count_error(path, name, len(inputs.elts), len(placements.elts))
+    for i, per_input in enumerate(placements.elts):
+        if isinstance(per_input, (ast.List, ast.Tuple)) and len(per_input.elts) != len(mesh_shape):
+            text = ast.unparse(per_input) if hasattr(ast, "unparse") else f"with {len(per_input.elts)} placement(s)"
+            raise rules.placement_arity_error(path, name, f"inputs[{i}]", text, mesh_shape)
+
+
 def _scan_register_call(path: str, call: ast.Call, literals: Dict[str, object]) -> ScannedCase:
     lineno = call.lineno
     if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Call):
@@ -219,6 +235,7 @@ def _scan_register_call(path: str, call: ast.Call, literals: Dict[str, object]) 
             raise CaseDeclarationError(path, case_name, "static-scan", f"OpShardCase needs {required}=")
     name = rules.check_name(path, values["name"])
     mesh_shape = rules.check_mesh_shape(path, name, values["mesh_shape"])
+    _check_placement_shapes(path, name, mesh_shape, kw)
     return ScannedCase(
         file=path,
         name=name,

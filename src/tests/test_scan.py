@@ -65,3 +65,16 @@ def test_duplicate_names_in_one_file():
 def test_register_needs_a_direct_constructor_call():
     err = scan_case_source("x.py", "case = OpShardCase(name='a', mesh_shape=(2,))\nregister(case)\n").error
     assert "rule static-scan" in err and "OpShardCase(...) call" in err
+
+
+def test_placement_shapes_written_as_displays_are_checked_statically():
+    src = ("register(OpShardCase(name='a', mesh_shape=(2, 2), inputs=[InputSpec((4, 4))],\n"
+           "                     placements=[(Shard(0),)], tags=('cpu_level0',)))\n")
+    err = scan_case_source("x.py", src).error
+    assert "x.py: case 'a': rule placement-arity: inputs[0] placements (Shard(0),) must have one placement per mesh dimension" in err
+    src = ("register(OpShardCase(name='a', mesh_shape=(2,), inputs=[InputSpec((4,)), InputSpec((4,))],\n"
+           "                     placements=[(Shard(0),)], tags=('cpu_level0',)))\n")
+    assert "rule placement-count: 2 inputs but 1 placement tuple(s)" in scan_case_source("x.py", src).error
+    # Built by code rather than written out: left to registration on the ranks.
+    src = "register(OpShardCase(name='a', mesh_shape=(2,), inputs=INPUTS, placements=[P] * 2))\n"
+    assert scan_case_source("x.py", src).error is None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from meshtest.planner import plan_groups
+from meshtest.rules import GATE_TAGS
 from meshtest.scan import scan_case_source
 
 from meshtest_pants.subsystem import MeshtestSubsystem
@@ -47,10 +48,16 @@ class ScannedCaseFile:
     """What the generator needs from the static scan of one case file."""
 
     relpath: str  # relative to the BUILD file
-    error: str | None  # set when the scan failed; then `tags` and `device_need` are empty
+    error: str | None  # set when the scan failed; then `tags` is BROKEN_FILE_TAGS, `device_need` None
     tags: tuple[str, ...]
     device_need: int | None
     launch_groups: tuple[str, ...] = ()
+
+
+#: Tags of a file whose scan failed: every gate, so that any gate's run (`--tag=cpu_level0`)
+#: selects it and it fails loudly instead of dropping out of the selection, plus a marker to
+#: find such files (`./pants --tag=meshtest:parse_error list ::`).
+BROKEN_FILE_TAGS = (*GATE_TAGS, "meshtest:parse_error")
 
 
 def merge_tags(generator_tags: Iterable[str] | None, scanned_tags: Iterable[str]) -> tuple[str, ...]:
@@ -87,12 +94,12 @@ def scan_case_files(spec_path: str, contents: DigestContents) -> tuple[ScannedCa
             source = file_content.content.decode("utf-8")
         except UnicodeDecodeError as e:
             scanned.append(
-                ScannedCaseFile(relpath, f"{file_content.path}: not UTF-8 text ({e})", (), None)
+                ScannedCaseFile(relpath, f"{file_content.path}: not UTF-8 text ({e})", BROKEN_FILE_TAGS, None)
             )
             continue
         scan = scan_case_source(file_content.path, source)
         if scan.error is not None:
-            scanned.append(ScannedCaseFile(relpath, scan.error, (), None))
+            scanned.append(ScannedCaseFile(relpath, scan.error, BROKEN_FILE_TAGS, None))
         else:
             groups = tuple(g.group_id for g in plan_groups(scan.cases))
             scanned.append(
