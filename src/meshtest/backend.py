@@ -29,6 +29,8 @@ Adding a platform — a minimal complete example::
         def is_tensor(self, obj): return isinstance(obj, mf.Tensor)
         def to_numpy(self, tensor): return tensor.float().numpy()
         def dtype_name(self, tensor): return str(tensor.dtype)
+        def backward(self, outputs, grad_outputs): mf.autograd.backward(outputs, grad_outputs)
+        def grad_of(self, tensor): return tensor.grad
         def recover_after_failure(self, timeout_s): mf.dist.barrier(); return True
         def shutdown(self): mf.dist.destroy()
 
@@ -103,6 +105,14 @@ class ShardBackend(ABC):
     @abstractmethod
     def dtype_name(self, tensor: Any) -> str:
         """Platform-agnostic dtype name of ``tensor`` (see :data:`meshtest.spec.DTYPES`)."""
+
+    @abstractmethod
+    def backward(self, outputs: Sequence[Any], grad_outputs: Sequence[Any]) -> None:
+        """Back-propagate ``sum_i <outputs[i], grad_outputs[i]>`` into the leaves' gradients."""
+
+    @abstractmethod
+    def grad_of(self, tensor: Any) -> Any:
+        """The accumulated gradient of a leaf tensor (distributed if the leaf is), or ``None``."""
 
     @abstractmethod
     def recover_after_failure(self, timeout_s: float) -> bool:

@@ -16,6 +16,8 @@ import os
 import sys
 import time
 import traceback
+
+import numpy as np
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -30,8 +32,9 @@ from .spec import OpShardCase
 
 log = logging.getLogger("meshtest.rank")
 
-#: Pipeline steps in order; ``load`` and ``setup`` are reported for failures before a case starts.
-STEPS = ("load", "build", "derive", "reference", "distribute", "run", "gather", "compare")
+#: Pipeline steps in order; ``load`` is reported for failures before a case starts; ``backward``
+#: (back-propagate and compare input gradients) runs only for cases with ``requires_grad`` inputs.
+STEPS = ("load", "build", "derive", "reference", "distribute", "run", "gather", "compare", "backward")
 
 
 @dataclass
@@ -94,7 +97,8 @@ def run_case(case: OpShardCase, backend: ShardBackend, mesh: Any) -> Tuple[str, 
         derived = [d.fn(*[backend.clone(t) for t in full]) for d in case.derived_inputs]
         step = enter("reference")
         ref_kwargs = {"mesh": None} if case.needs_mesh else {}
-        expected = _outputs(case.fn(*[backend.clone(t) for t in full + derived], **ref_kwargs), backend, "fn (reference)")
+        ref_inputs = [backend.clone(t) for t in full + derived]
+        expected = _outputs(case.fn(*ref_inputs, **ref_kwargs), backend, "fn (reference)")
         step = enter("distribute")
         placements = list(case.placements) + [d.placements for d in case.derived_inputs]
         dist_inputs = [backend.distribute(t, mesh, p) for t, p in zip(full + derived, placements)]
@@ -110,15 +114,51 @@ def run_case(case: OpShardCase, backend: ShardBackend, mesh: Any) -> Tuple[str, 
             e = expected[i]
             if not backend.is_tensor(e) or not backend.is_tensor(g):
                 raise TypeError(f"output[{i}] is {type(g).__name__}, not a tensor; compare_outputs can leave it out")
-            compare_arrays(
-                backend.to_numpy(e), backend.to_numpy(g), backend.dtype_name(e), backend.dtype_name(g),
-                case.compare, label=f"output[{i}]",
-            )
+            _compare(backend, e, g, case.compare, f"output[{i}]")
+        if case.needs_grad:
+            step = enter("backward")
+            _check_gradients(case, backend, expected, gathered, ref_inputs, dist_inputs)
         return "pass", step, ""
     except CompareError as e:
         return "fail", step, str(e)
     except Exception as e:  # a case's own error must not stop the others
         return "error", step, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-4)}"
+
+
+def _compare(backend: ShardBackend, expected: Any, actual: Any, spec, label: str) -> None:
+    compare_arrays(backend.to_numpy(expected), backend.to_numpy(actual), backend.dtype_name(expected),
+                   backend.dtype_name(actual), spec, label=label)
+
+
+def _check_gradients(case: OpShardCase, backend: ShardBackend, expected, gathered, ref_inputs, dist_inputs) -> None:
+    """Back-propagate ``L = sum_i sum(out_i * G_i)`` on both paths and compare input gradients.
+
+    Only float outputs enter the loss (integer outputs such as indices have no gradient).
+    :raises CompareError: a gradient differs; ``ValueError``: no float output to differentiate.
+    """
+    from .spec import numpy_dtype
+
+    ref_outs, dist_outs, grads = [], [], []
+    for i, g in gathered:
+        dtype = backend.dtype_name(expected[i])
+        if numpy_dtype(dtype).kind != "f":
+            continue
+        seed_arr = np.random.default_rng(case.grad_seed(i)).standard_normal(backend.to_numpy(expected[i]).shape)
+        ref_outs.append(expected[i])
+        dist_outs.append(g)
+        grads.append(backend.make_tensor(seed_arr.astype(numpy_dtype(dtype)), dtype))
+    if not ref_outs:
+        raise ValueError("requires_grad inputs but no compared float output to back-propagate from")
+    backend.backward(ref_outs, grads)
+    backend.backward(dist_outs, [backend.clone(g) for g in grads])
+    spec = case.grad_compare or case.compare
+    for k, spec_in in enumerate(case.inputs):
+        if not spec_in.requires_grad:
+            continue
+        ref_grad, dist_grad = backend.grad_of(ref_inputs[k]), backend.grad_of(dist_inputs[k])
+        if ref_grad is None or dist_grad is None:
+            raise ValueError(f"input {k}: no gradient on the {'reference' if ref_grad is None else 'distributed'} path")
+        _compare(backend, ref_grad, backend.local_to_global(dist_grad), spec, f"grad of input {k}")
 
 
 def final_status(case: OpShardCase, status: str) -> str:

@@ -202,6 +202,14 @@ class OpShardCase:
     :param known_failure: reason the platform is known to get this case wrong (an upstream bug,
         with its reference). The case still runs; failing is reported ``xfail``, passing is
         reported ``xpass`` and fails the run so the mark gets removed.
+    :param grad_compare: comparison of input gradients (default: ``compare``). Gradients are
+        checked when any input has ``requires_grad=True``: after the forward comparison, both
+        paths back-propagate the loss ``L = sum_i sum(out_i * G_i)`` over the compared float
+        outputs, where ``G_i`` is a fixed standard-normal tensor of ``out_i``'s shape (seed
+        :meth:`grad_seed`), identical on every rank. The distributed loss is taken on the
+        gathered output (``full_tensor``, which is differentiable), so each rank optimises the
+        same full loss and ``dL/dx`` is the reference's ``x.grad``; every ``requires_grad``
+        input's gathered gradient is compared with it.
     """
 
     name: str
@@ -217,6 +225,16 @@ class OpShardCase:
     needs_mesh: bool = False
     solo_launcher: bool = False
     known_failure: Optional[str] = None
+    grad_compare: Optional[CompareSpec] = None
+
+    @property
+    def needs_grad(self) -> bool:
+        """Whether the backward step runs (some input has ``requires_grad``)."""
+        return any(s.requires_grad for s in self.inputs)
+
+    def grad_seed(self, output_index: int) -> int:
+        """Seed of ``G_i``, the upstream gradient of output ``i``: ``crc32(f"{name}:grad:{i}")``."""
+        return zlib.crc32(f"{self.name}:grad:{output_index}".encode())
 
     @property
     def world_size(self) -> int:
@@ -248,8 +266,12 @@ class OpShardCase:
                 file, name, mesh_shape, [(1,) * d.ndim], [d.placements], what=f"derived_inputs[{i}]"
             )
             derived.append(dataclasses.replace(d, placements=p))
-        if not isinstance(self.compare, CompareSpec):
-            raise CaseDeclarationError(file, name, "compare", "compare must be CompareSpec.allclose(...), .equal() or .shape()")
+        for field_name in ("compare", "grad_compare"):
+            value = getattr(self, field_name)
+            if not isinstance(value, CompareSpec) and not (field_name == "grad_compare" and value is None):
+                raise CaseDeclarationError(
+                    file, name, "compare", f"{field_name} must be CompareSpec.allclose(...), .equal() or .shape()"
+                )
         outs = self.compare_outputs
         if outs is not None:
             if not isinstance(outs, (tuple, list)) or not outs or not all(

@@ -100,3 +100,35 @@ def test_slots_reach_ranks_and_a_need_above_the_pool_fails_fast(tmp_path):
                            "--slot-dir", str(slot_dir), "--device-need", "1"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 2 and "declared a device need of 1" in proc.stderr
+
+
+GRAD_BODY = """
+import torch
+import torch.nn.functional as F
+
+def linear(x, w):
+    return F.linear(x, w)
+
+def grad_cut_when_distributed(x):
+    # Same forward values on both paths; the distributed path cuts the graph, so its gradient is 0.
+    if hasattr(x, "placements"):
+        return (x * 2.0).detach() + x * 0.0
+    return x * 2.0
+
+register(OpShardCase(name="grad_linear_rowwise", fn=linear,
+                     inputs=[InputSpec((8, 6), requires_grad=True), InputSpec((4, 6), requires_grad=True)],
+                     placements=[(Shard(1),), (Shard(1),)], mesh_shape=(2,),
+                     compare=CompareSpec.allclose(rtol=1e-5, atol=1e-5), tags=("cpu_level0",)))
+register(OpShardCase(name="grad_cut", fn=grad_cut_when_distributed, inputs=[InputSpec((4, 4), requires_grad=True)],
+                     placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level0",)))
+"""
+
+
+def test_gradients_are_compared_and_a_wrong_one_fails_at_backward(tmp_path):
+    path = case_file(tmp_path, "case_grad.py", GRAD_BODY)
+    env = {**os.environ, "PYTHONPATH": SRC_ROOT}
+    proc = subprocess.run([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(tmp_path / "o"),
+                           "--slot-dir", str(tmp_path / "slots")], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "PASS    grad_linear_rowwise" in proc.stdout
+    assert "rank(s) 0,1: fail at step backward: grad of input 0:" in proc.stdout

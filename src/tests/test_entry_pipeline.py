@@ -37,6 +37,8 @@ class NumpyBackend(ShardBackend):
     def is_tensor(self, obj): return isinstance(obj, (np.ndarray, Dist))
     def to_numpy(self, tensor): return np.asarray(tensor)
     def dtype_name(self, tensor): return str(np.asarray(tensor).dtype)
+    def backward(self, outputs, grad_outputs): raise NotImplementedError("no autograd in the stand-in")
+    def grad_of(self, tensor): return None
     def recover_after_failure(self, timeout_s): return True
     def shutdown(self): pass
 

@@ -92,6 +92,12 @@ class TorchGlooBackend(ShardBackend):
     def dtype_name(self, tensor: Any) -> str:
         return _NAMES.get(tensor.dtype, str(tensor.dtype).replace("torch.", ""))
 
+    def backward(self, outputs: Sequence[Any], grad_outputs: Sequence[Any]) -> None:
+        torch.autograd.backward(list(outputs), grad_tensors=list(grad_outputs))
+
+    def grad_of(self, tensor: Any) -> Any:
+        return tensor.grad
+
     def recover_after_failure(self, timeout_s: float) -> bool:
         try:
             work = dist.barrier(async_op=True)
