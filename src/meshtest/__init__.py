@@ -20,6 +20,7 @@ _EXPORTS = {
     "Replicate": "placement",
     "Shard": "placement",
     "register": "registry",
+    "register_sweep": "registry",
     "GATE_TAGS": "rules",
     "CompareSpec": "spec",
     "DerivedSpec": "spec",

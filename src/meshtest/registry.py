@@ -73,6 +73,37 @@ def register(case: OpShardCase) -> OpShardCase:
     return registry.add(case, file)
 
 
+def register_sweep(
+    *,
+    name: str,
+    fn,
+    inputs,
+    mesh_shape,
+    partial_inputs=None,
+    partial_ops=("sum",),
+    max_partial_inputs=None,
+    **case_fields,
+):
+    """Register one :class:`OpShardCase` per valid placement combination of ``inputs`` on the mesh.
+
+    Names, order and skip rules come from :func:`meshtest.sweep.plan_sweep` (see there); the
+    static scan reads the same call and derives the same cases, so ``name``, ``mesh_shape``,
+    ``mesh_dim_names``, ``tags``, ``partial_inputs``, ``partial_ops``, ``max_partial_inputs``
+    and each input's shape must be literals. Other keyword arguments (``compare``,
+    ``mesh_dim_names``, ``tags``, ``grad_compare``, ...) are passed to every case.
+
+    :returns: the :class:`meshtest.sweep.SweepPlan` (cases registered, skips counted by reason).
+    :raises CaseDeclarationError: as :func:`register`, for any generated case.
+    """
+    from .sweep import plan_sweep
+
+    plan = plan_sweep(name, [s.shape for s in inputs], len(mesh_shape), partial_inputs, partial_ops, max_partial_inputs)
+    for case_name, placements in plan.cases:
+        register(OpShardCase(name=case_name, fn=fn, inputs=inputs, placements=placements, mesh_shape=mesh_shape,
+                             **case_fields))
+    return plan
+
+
 @contextlib.contextmanager
 def _activate(registry: Registry, file: str) -> Iterator[None]:
     _ACTIVE.append((registry, file))

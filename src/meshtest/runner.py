@@ -78,16 +78,21 @@ class RunResult:
         return bool(self.outcomes) and not any(o.status in reporter.FAILING for o in self.outcomes)
 
 
-def scan_files(files: Sequence[str]) -> Tuple[List[ScannedCase], List[CaseOutcome]]:
-    """Scan every file; broken files and cross-file duplicate names become error outcomes."""
+def scan_files(files: Sequence[str]) -> Tuple[List[ScannedCase], List[CaseOutcome], List[str]]:
+    """Scan every file; broken files and cross-file duplicate names become error outcomes.
+
+    :returns: (cases, error outcomes, scan notes such as sweep summaries).
+    """
     cases: List[ScannedCase] = []
     errors: List[CaseOutcome] = []
+    notes: List[str] = []
     owner: Dict[str, str] = {}
     for path in files:
         scan: FileScan = scan_case_file(path)
         if scan.error:
             errors.append(_file_error(path, "scan", scan.error))
             continue
+        notes.extend(scan.notes)
         for c in scan.cases:
             if c.name in owner:
                 errors.append(_file_error(
@@ -97,7 +102,7 @@ def scan_files(files: Sequence[str]) -> Tuple[List[ScannedCase], List[CaseOutcom
                 continue
             owner[c.name] = path
             cases.append(c)
-    return cases, errors
+    return cases, errors, notes
 
 
 def _file_error(path: str, step: str, error: str) -> CaseOutcome:
@@ -234,7 +239,7 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     :raises meshtest.slots.SlotRequestError: the run needs more slots than the pool has.
     """
     os.makedirs(opts.artifacts_dir, exist_ok=True)
-    cases, outcomes = scan_files(files)
+    cases, outcomes, scan_notes = scan_files(files)
     selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns)
     groups = plan_groups(selected)
     result = RunResult(outcomes=list(outcomes))
@@ -242,6 +247,7 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     with open(os.path.join(opts.artifacts_dir, "summary.txt"), "w", encoding="utf-8") as summary:
         emit = lambda lines: reporter.emit(lines, stream, summary)  # noqa: E731
         emit([f"meshtest: {len(selected)} case(s) selected from {len(files)} file(s) in {len(groups)} launch(es)"])
+        emit(scan_notes)
         emit([reporter.format_outcome(o) for o in outcomes])
         if groups:
             pool = SlotPool(opts.slot_dir or default_slot_dir(), opts.slots)

@@ -5,8 +5,10 @@ case files, so the planning process stays light (no torch import) and Pants can 
 tags inside its own process. The ranks later import the files and check what registered
 against this scan (:func:`meshtest.registry.check_against_scan`): there is one case list.
 
-What the scan accepts (rule ``static-scan``): ``register(OpShardCase(...))`` calls as
-top-level statements of the module, with keyword arguments. ``name``, ``mesh_shape``,
+What the scan accepts (rule ``static-scan``): ``register(OpShardCase(...))`` and
+``register_sweep(...)`` calls as top-level statements of the module, with keyword arguments.
+For a sweep, the input shapes (``InputSpec((4, 8), ...)`` or ``shape=``) and the sweep's own
+options are read too, and :func:`meshtest.sweep.plan_sweep` derives its cases. ``name``, ``mesh_shape``,
 ``mesh_dim_names``, ``tags``, ``needs_mesh`` and ``solo_launcher`` must be literals, or
 names bound once at module top level to a literal (``MESH = (2, 2)``). Other arguments
 (``fn``, ``inputs``, ...) are not read.
@@ -18,14 +20,17 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import rules
 from .errors import CaseDeclarationError
 
 #: Constructors whose calls inside ``register(...)`` declare cases.
 CASE_CONSTRUCTORS = ("OpShardCase",)
+#: Registration functions the scan understands, as top-level statements.
+REGISTER_CALLS = ("register", "register_sweep")
 _SCANNED_FIELDS = ("name", "mesh_shape", "mesh_dim_names", "tags", "needs_mesh", "solo_launcher")
+_SWEEP_FIELDS = _SCANNED_FIELDS + ("partial_inputs", "partial_ops", "max_partial_inputs")
 
 
 @dataclass(frozen=True)
@@ -81,11 +86,13 @@ class FileScan:
     :ivar cases: scanned cases in file order (empty when ``error`` is set).
     :ivar error: ``None``, or one message per broken rule (newline-separated), each naming
         the file, the case and the rule.
+    :ivar notes: one line per sweep: cases generated and combinations skipped by reason.
     """
 
     path: str
     cases: Tuple[ScannedCase, ...]
     error: Optional[str] = None
+    notes: Tuple[str, ...] = ()
 
     @property
     def device_need(self) -> int:
@@ -129,7 +136,7 @@ def _module_literals(tree: ast.Module) -> Dict[str, object]:
 
 
 def _is_register_call(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and _callee_name(node.func) == "register"
+    return isinstance(node, ast.Call) and _callee_name(node.func) in REGISTER_CALLS
 
 
 def scan_case_source(path: str, source: str) -> FileScan:
@@ -146,12 +153,18 @@ def scan_case_source(path: str, source: str) -> FileScan:
     literals = _module_literals(tree)
     errors: List[str] = []
     cases: List[ScannedCase] = []
+    notes: List[str] = []
     top_level_calls = set()
     for stmt in tree.body:
         if isinstance(stmt, ast.Expr) and _is_register_call(stmt.value):
             top_level_calls.add(id(stmt.value))
             try:
-                cases.append(_scan_register_call(path, stmt.value, literals))
+                if _callee_name(stmt.value.func) == "register_sweep":
+                    swept, note = _scan_sweep_call(path, stmt.value, literals)
+                    cases.extend(swept)
+                    notes.append(note)
+                else:
+                    cases.append(_scan_register_call(path, stmt.value, literals))
             except CaseDeclarationError as e:
                 errors.append(f"{e} (line {stmt.lineno})")
     for node in ast.walk(tree):
@@ -169,7 +182,7 @@ def scan_case_source(path: str, source: str) -> FileScan:
         seen.setdefault(c.name, c.lineno)
     if errors:
         return FileScan(path, (), "\n".join(errors))
-    return FileScan(path, tuple(cases))
+    return FileScan(path, tuple(cases), notes=tuple(notes))
 
 
 def scan_case_file(path: str) -> FileScan:
@@ -211,31 +224,14 @@ def _scan_register_call(path: str, call: ast.Call, literals: Dict[str, object]) 
     if ctor.args:
         raise CaseDeclarationError(path, None, "static-scan", "OpShardCase(...) arguments must be given by keyword")
     kw = {k.arg: k.value for k in ctor.keywords if k.arg is not None}
-    values: Dict[str, object] = {}
-    case_name = None
-    for fname in _SCANNED_FIELDS:
-        if fname not in kw:
-            continue
-        node = kw[fname]
-        try:
-            values[fname] = ast.literal_eval(node)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            if isinstance(node, ast.Name) and node.id in literals:
-                values[fname] = literals[node.id]
-            else:
-                raise CaseDeclarationError(
-                    path, case_name, "static-scan",
-                    f"{fname}= must be a literal (or a name bound once at module top level to a literal) "
-                    f"so targets can be tagged without importing the file; got `{ast.unparse(node) if hasattr(ast, 'unparse') else type(node).__name__}`",
-                )
-        if fname == "name":
-            case_name = values["name"] if isinstance(values["name"], str) else None
-    for required in ("name", "mesh_shape"):
-        if required not in values:
-            raise CaseDeclarationError(path, case_name, "static-scan", f"OpShardCase needs {required}=")
+    values = _literal_fields(path, kw, _SCANNED_FIELDS, literals, "OpShardCase")
     name = rules.check_name(path, values["name"])
     mesh_shape = rules.check_mesh_shape(path, name, values["mesh_shape"])
     _check_placement_shapes(path, name, mesh_shape, kw)
+    return _scanned(path, name, mesh_shape, values, lineno)
+
+
+def _scanned(path: str, name: str, mesh_shape: Tuple[int, ...], values: Dict[str, object], lineno: int) -> ScannedCase:
     return ScannedCase(
         file=path,
         name=name,
@@ -246,3 +242,68 @@ def _scan_register_call(path: str, call: ast.Call, literals: Dict[str, object]) 
         solo_launcher=rules.check_flag(path, name, "solo_launcher", values.get("solo_launcher", False)),
         lineno=lineno,
     )
+
+
+def _literal(path: str, case: Optional[str], what: str, node: ast.AST, literals: Dict[str, object]) -> object:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        if isinstance(node, ast.Name) and node.id in literals:
+            return literals[node.id]
+        text = ast.unparse(node) if hasattr(ast, "unparse") else type(node).__name__
+        raise CaseDeclarationError(
+            path, case, "static-scan",
+            f"{what} must be a literal (or a name bound once at module top level to a literal) "
+            f"so targets can be tagged without importing the file; got `{text}`",
+        ) from None
+
+
+def _literal_fields(path: str, kw: Dict[str, ast.AST], fields: Sequence[str], literals: Dict[str, object],
+                    callee: str) -> Dict[str, object]:
+    values: Dict[str, object] = {}
+    case_name = None
+    for fname in fields:
+        if fname in kw:
+            values[fname] = _literal(path, case_name, f"{fname}=", kw[fname], literals)
+            if fname == "name" and isinstance(values["name"], str):
+                case_name = values["name"]
+    for required in ("name", "mesh_shape"):
+        if required not in values:
+            raise CaseDeclarationError(path, case_name, "static-scan", f"{callee} needs {required}=")
+    return values
+
+
+def _input_shapes(path: str, name: str, node: Optional[ast.AST], literals: Dict[str, object]) -> List[Tuple[int, ...]]:
+    """Shapes of ``inputs=[InputSpec(shape, ...), ...]`` written as a list of InputSpec calls."""
+    if not isinstance(node, (ast.List, ast.Tuple)):
+        raise CaseDeclarationError(path, name, "static-scan",
+                                   "register_sweep inputs= must be a list of InputSpec(...) calls written out")
+    shapes = []
+    for i, elt in enumerate(node.elts):
+        if not (isinstance(elt, ast.Call) and _callee_name(elt.func) == "InputSpec"):
+            raise CaseDeclarationError(path, name, "static-scan", f"register_sweep inputs[{i}] must be an InputSpec(...) call")
+        shape_node = elt.args[0] if elt.args else next((k.value for k in elt.keywords if k.arg == "shape"), None)
+        if shape_node is None:
+            raise CaseDeclarationError(path, name, "static-scan", f"register_sweep inputs[{i}] needs a shape")
+        shape = _literal(path, name, f"inputs[{i}] shape", shape_node, literals)
+        if not isinstance(shape, (tuple, list)):
+            raise CaseDeclarationError(path, name, "input-shape", f"inputs[{i}] shape must be a tuple; got {shape!r}")
+        shapes.append(tuple(shape))
+    return shapes
+
+
+def _scan_sweep_call(path: str, call: ast.Call, literals: Dict[str, object]) -> Tuple[List[ScannedCase], str]:
+    """The cases a ``register_sweep(...)`` call registers, and its summary line."""
+    from .sweep import plan_sweep
+
+    if call.args:
+        raise CaseDeclarationError(path, None, "static-scan", "register_sweep(...) arguments must be given by keyword")
+    kw = {k.arg: k.value for k in call.keywords if k.arg is not None}
+    values = _literal_fields(path, kw, _SWEEP_FIELDS, literals, "register_sweep")
+    name = rules.check_name(path, values["name"])
+    mesh_shape = rules.check_mesh_shape(path, name, values["mesh_shape"])
+    shapes = _input_shapes(path, name, kw.get("inputs"), literals)
+    plan = plan_sweep(name, shapes, len(mesh_shape), values.get("partial_inputs"),
+                      values.get("partial_ops", ("sum",)), values.get("max_partial_inputs"))
+    cases = [_scanned(path, case_name, mesh_shape, values, call.lineno) for case_name, _ in plan.cases]
+    return cases, f"{path}: {plan.summary(name)}"

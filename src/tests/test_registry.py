@@ -65,3 +65,23 @@ exec("register(OpShardCase(name='d', fn=f, inputs=[InputSpec((4,))], placements=
     loaded = load_case_file(path, Registry())
     with pytest.raises(CaseFileError, match="static scan found cases"):
         check_against_scan(scan_case_file(path), loaded)
+
+
+SWEEP = """
+def add(x, y):
+    return x + y
+
+register_sweep(name="add", fn=add, inputs=[InputSpec((4, 6)), InputSpec((4, 6))], mesh_shape=(2,),
+               tags=("cpu_level1",), partial_inputs=(0,))
+"""
+
+
+def test_sweep_registers_what_the_scan_derives(tmp_path):
+    path = case_file(tmp_path, "case_sweep.py", "from meshtest import register_sweep\n" + SWEEP)
+    loaded = load_case_file(path, Registry())
+    scan = scan_case_file(path)
+    check_against_scan(scan, loaded)
+    assert len(loaded) == 12  # input 0: R,S0,S1,P; input 1: R,S0,S1
+    by_name = {c.name: c for c in loaded}
+    assert by_name["add[P,R]"].placements[0][0].reduce_op == "sum" and "add[R,P]" not in by_name
+    assert "skipped 4 (Partial not enabled for this input (partial_inputs): 4)" in scan.notes[0]

@@ -78,3 +78,26 @@ def test_placement_shapes_written_as_displays_are_checked_statically():
     # Built by code rather than written out: left to registration on the ranks.
     src = "register(OpShardCase(name='a', mesh_shape=(2,), inputs=INPUTS, placements=[P] * 2))\n"
     assert scan_case_source("x.py", src).error is None
+
+
+SWEEP = """
+from meshtest import InputSpec, register_sweep
+SHAPE = (4, 6)
+register_sweep(name="mm", fn=f, inputs=[InputSpec(SHAPE), InputSpec(shape=(6, 8), seed=1)], mesh_shape=(2,),
+               tags=("cpu_level1",), max_partial_inputs=1)
+"""
+
+
+def test_sweep_cases_are_derived_statically_with_counted_skips():
+    scan = scan_case_source("x.py", SWEEP)
+    assert scan.error is None
+    names = [c.name for c in scan.cases]
+    assert len(names) == 15 and names[:4] == ["mm[R,R]", "mm[R,S0]", "mm[R,S1]", "mm[R,P]"]
+    assert "mm[P,P]" not in names
+    assert all(c.tags == ("cpu_level1",) and c.mesh_shape == (2,) for c in scan.cases)
+    assert scan.notes == ("x.py: sweep mm: 15 case(s); skipped 1 (more Partial inputs than max_partial_inputs: 1)",)
+
+
+def test_sweep_needs_written_out_input_shapes():
+    src = "register_sweep(name='mm', fn=f, inputs=make_inputs(), mesh_shape=(2,))\n"
+    assert "inputs= must be a list of InputSpec(...) calls written out" in scan_case_source("x.py", src).error
