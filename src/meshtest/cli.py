@@ -7,6 +7,7 @@ Examples::
     python -m meshtest cases/torch/*.py --case 'sort_*' --tag cpu_level0
     MESHTEST_CASE_FILTER='sort_*,topk_*' python -m meshtest cases/torch/case_sort.py
     python -m meshtest scan cases/torch/case_sort.py            # static scan as JSON
+    python -m meshtest count cases/torch/*.py                   # cases by family, mesh, gate
 """
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--target", default="", help="label of the requester in the slot audit log (a Pants address)")
     s = sub.add_parser("scan", help="print the static scan of case files as JSON")
     s.add_argument("files", nargs="+")
+    c = sub.add_parser("count", help="count registered cases by family (file), mesh and gate")
+    c.add_argument("files", nargs="+")
     return ap
 
 
@@ -71,6 +74,36 @@ def _cmd_scan(files: Sequence[str]) -> int:
             "file": path, "error": scan.error, "device_need": scan.device_need,
             "tags": list(scan.target_tags()), "cases": [c.to_json() for c in scan.cases],
         }))
+    return 1 if bad else 0
+
+
+def _family(path: str) -> str:
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return stem[len("case_"):] if stem.startswith("case_") else stem
+
+
+def _cmd_count(files: Sequence[str]) -> int:
+    """Print case counts by family (``case_<family>.py``), by mesh and by gate, from the static scan."""
+    from collections import Counter
+
+    families, meshes, gates = Counter(), Counter(), Counter()
+    total = bad = 0
+    for path in files:
+        scan = scan_case_file(path)
+        if scan.error:
+            print(f"{path}: scan failed:\n{scan.error}", file=sys.stderr)
+            bad += 1
+            continue
+        for c in scan.cases:
+            total += 1
+            families[_family(path)] += 1
+            meshes["x".join(map(str, c.mesh_shape)) + (f" {','.join(c.mesh_dim_names)}" if c.mesh_dim_names else "")] += 1
+            gates.update(c.tags or ("(no gate)",))
+    for title, counter in (("family", families), ("mesh", meshes), ("gate", gates)):
+        print(f"by {title}:")
+        for key, n in sorted(counter.items()):
+            print(f"  {key:32} {n:5d}")
+    print(f"total: {total} case(s) in {len(files) - bad} file(s)" + (f"; {bad} file(s) failed the scan" if bad else ""))
     return 1 if bad else 0
 
 
@@ -109,11 +142,13 @@ def _exit_on_sigterm(signum, frame):
 def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("run", "scan", "-h", "--help"):
+    if argv and argv[0] not in ("run", "scan", "count", "-h", "--help"):
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
     if args.command == "scan":
         return _cmd_scan(args.files)
+    if args.command == "count":
+        return _cmd_count(args.files)
     if args.command == "run":
         return _cmd_run(args)
     _parser().print_help()
