@@ -10,9 +10,11 @@ line per case, then a ``rank_done`` line once every case is recorded) and ``rank
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import traceback
@@ -76,8 +78,10 @@ def _select(outs: Tuple[Any, ...], case: OpShardCase) -> List[Tuple[int, Any]]:
     return [(i, outs[i]) for i in idx]
 
 
-def run_case(case: OpShardCase, backend: ShardBackend, mesh: Any) -> Tuple[str, str, str]:
+def run_case(case: OpShardCase, backend: ShardBackend, mesh: Any, on_step=None) -> Tuple[str, str, str]:
     """Run one case's pipeline on this rank.
+
+    :param on_step: called with each step's name as the step starts (progress for the watcher).
 
     :returns: ``(status, step, error)`` with status ``pass``/``fail``/``error`` (before the
         ``known_failure`` mapping).
@@ -86,6 +90,8 @@ def run_case(case: OpShardCase, backend: ShardBackend, mesh: Any) -> Tuple[str, 
 
     def enter(name: str) -> str:  # each step is logged, so a hang's rank log shows where it is
         log.info("case %s: step %s", case.name, name)
+        if on_step is not None:
+            on_step(name)
         return name
 
     try:
@@ -211,40 +217,52 @@ def main(argv: Optional[List[str]] = None) -> int:
     out_dir = plan["out_dir"]
     rank = int(os.environ.get("RANK", "0"))
     _redirect_output(out_dir, rank)
+    # torchrun stops the other ranks with SIGTERM when one fails: leave their stacks in their logs.
+    faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
     log.info("group %s: %d case(s), mesh %s %s, device slots %s", plan["group_id"], len(plan["cases"]),
              plan["mesh_shape"], plan["mesh_dim_names"], plan.get("slots"))
     with open(os.path.join(out_dir, f"rank{rank}.jsonl"), "a", encoding="utf-8") as results:
 
-        def record(r: CaseResult) -> None:
-            results.write(json.dumps(asdict(r)) + "\n")
+        def emit(doc: dict) -> None:
+            results.write(json.dumps(doc) + "\n")
             results.flush()
+
+        def record(r: CaseResult) -> None:
+            emit(asdict(r))
             log.info("case %s: %s at step %s (%.3fs)%s", r.case, r.status, r.step, r.duration_s, f"\n{r.error}" if r.error else "")
 
         cases, load_errors = _load_cases(plan["cases"])
         backend = load_backend(plan["platform"])
         backend.init(plan["device_kind"], timeout_s=float(plan["case_timeout_s"]) / 2)
         mesh = backend.make_mesh(tuple(plan["mesh_shape"]), tuple(plan["mesh_dim_names"]))
-        broken = ""
+        broken = False
         for sc in plan["cases"]:
-            t0 = time.perf_counter()
-            if broken:
-                record(CaseResult(sc.name, sc.file, plan["group_id"], rank, "not_run", "load", 0.0, broken))
-                continue
             if sc.file in load_errors:
                 record(CaseResult(sc.name, sc.file, plan["group_id"], rank, "error", "load", 0.0, load_errors[sc.file]))
                 continue
             case = cases[sc.name]
-            log.info("case %s: start", case.name)
-            status, step, error = run_case(case, backend, mesh)
+            timeout_s = case.timeout_s or float(plan["case_timeout_s"])
+            emit({"event": "start", "case": case.name, "t": time.time(), "timeout_s": timeout_s})
+            log.info("case %s: start (deadline %.0fs)", case.name, timeout_s)
+            # At the deadline every thread's stack goes to this rank's log, before the runner kills the launch.
+            faulthandler.dump_traceback_later(timeout_s, exit=False, file=sys.stderr)
+            t0 = time.perf_counter()
+            status, step, error = run_case(case, backend, mesh,
+                                           on_step=lambda st, n=case.name: emit({"event": "step", "case": n, "step": st}))
+            faulthandler.cancel_dump_traceback_later()
             record(CaseResult(case.name, sc.file, plan["group_id"], rank, final_status(case, status), step,
                               time.perf_counter() - t0, error, case.known_failure or ""))
             if status == "error" and not backend.recover_after_failure(timeout_s=float(plan["case_timeout_s"]) / 4):
-                broken = f"not run: the process group failed its health probe after case {case.name!r} errored"
-        results.write(json.dumps({"event": "rank_done", "rank": rank}) + "\n")
-        results.flush()
-    if not broken:
-        backend.recover_after_failure(timeout_s=float(plan["case_timeout_s"]))  # closing barrier
-        backend.shutdown()
+                log.info("process group failed its health probe after %s errored; giving up this launch", case.name)
+                broken = True
+                break
+        if not broken:
+            emit({"event": "rank_done", "rank": rank})
+    if broken:  # the runner relaunches the cases after this one
+        logging.shutdown()
+        os._exit(3)
+    backend.recover_after_failure(timeout_s=float(plan["case_timeout_s"]))  # closing barrier
+    backend.shutdown()
     log.info("rank done")
     logging.shutdown()
     sys.stdout.flush()

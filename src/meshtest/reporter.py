@@ -1,9 +1,10 @@
 """Aggregation of per-rank results into per-case outcomes, and the human report.
 
 A case's outcome over its ranks: ``pass`` when every rank passed; ``fail``/``error`` when any
-rank failed or errored (the report lists those ranks, their step and error); ``missing``
-when a rank never recorded a result (crash or timeout of the launch); ``xfail`` / ``xpass``
-for ``known_failure`` cases; ``not_run`` when the launch ended before the case.
+rank failed or errored (the report lists those ranks, their step and error); ``timeout`` /
+``crash`` when the launch was killed at the case's deadline or died inside it (the ranks that
+did not finish are named with their step and log tail); ``missing`` when a rank recorded
+nothing; ``xfail`` / ``xpass`` for ``known_failure`` cases.
 """
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, TextIO
 
 #: Outcomes that make the run fail.
-FAILING = ("fail", "error", "missing", "timeout", "xpass", "not_run")
-_PRECEDENCE = ("error", "timeout", "missing", "fail", "not_run", "xpass", "xfail", "pass")
+FAILING = ("fail", "error", "crash", "missing", "timeout", "xpass", "not_run")
+_PRECEDENCE = ("crash", "error", "timeout", "missing", "fail", "not_run", "xpass", "xfail", "pass")
 
 
 @dataclass

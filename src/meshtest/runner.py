@@ -15,31 +15,22 @@ Artifacts, under ``artifacts_dir``::
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import reporter
-from .backend import backend_info
 from .errors import SelectionError
 from .junit import write_junit
-from .launcher import launch_command
-from .proctree import die_with_parent
-from .planner import DEFAULT_CASE_TIMEOUT_S, Group, plan_groups, select_cases, write_plan
+from .launch import LaunchResult, describe_exit, launch, tail
+from .planner import DEFAULT_CASE_TIMEOUT_S, Group, plan_groups, select_cases
 from .reporter import CaseOutcome
 from .scan import FileScan, ScannedCase, scan_case_file
 from .slots import DEFAULT_SLOTS, SlotLease, SlotPool, SlotRequestError
 
-#: Seconds allowed for starting and tearing down one launch (measured: 4-11 s for 2-8 ranks).
-LAUNCH_OVERHEAD_S = 120.0
-#: Environment variable, per device kind, that tells a launch's ranks which devices they own.
-#: On CPU slots only bound concurrency; the ids still reach the ranks (and their logs).
-DEVICE_VISIBILITY_ENV = {"cpu": "MESHTEST_SLOT_IDS", "npu": "ASCEND_RT_VISIBLE_DEVICES", "cuda": "CUDA_VISIBLE_DEVICES"}
 
 
 def default_slot_dir() -> str:
@@ -110,107 +101,75 @@ def _file_error(path: str, step: str, error: str) -> CaseOutcome:
                        failures=[{"rank": "-", "status": "error", "step": step, "error": error}])
 
 
-def _launch(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) -> Tuple[int, bool, float]:
-    """Start the group's launcher on the first ``world_size`` slots of ``lease`` and wait for it.
+def _interrupted_outcome(case: ScannedCase, group: Group, res: LaunchResult, out_dir: str) -> CaseOutcome:
+    """Outcome of the case a launch died in: ``timeout`` (killed at its deadline) or ``crash``.
 
-    The lease's lock files are inherited by the launch (``pass_fds``), so its slots stay held
-    as long as any of its processes lives, even if this runner dies first.
-
-    :returns: (exit code, timed out, wall seconds). On timeout the launcher's whole process
-        group (launcher and ranks) is killed.
+    Ranks that recorded a result keep it; each other rank is reported with the step it was in
+    and the tail of its log (where a timed-out rank's stack dump is).
     """
-    os.makedirs(out_dir, exist_ok=True)
-    plan_path = os.path.join(out_dir, "plan.json")
-    slot_ids = lease.slots[: group.world_size]
-    write_plan(plan_path, group, platform=opts.platform, device_kind=opts.device_kind,
-               out_dir=os.path.abspath(out_dir), case_timeout_s=opts.case_timeout_s, slots=slot_ids)
-    cmd = launch_command(backend_info(opts.platform).launcher, group.world_size, ["--plan", os.path.abspath(plan_path)])
-    env = dict(os.environ)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env[DEVICE_VISIBILITY_ENV.get(opts.device_kind, "MESHTEST_SLOT_IDS")] = ",".join(map(str, slot_ids))
-    deadline = LAUNCH_OVERHEAD_S + opts.case_timeout_s * len(group.cases)
-    t0 = time.monotonic()
-    with open(os.path.join(out_dir, "launcher.log"), "w", encoding="utf-8") as logf:
-        logf.write("$ " + " ".join(cmd) + "\n")
-        logf.flush()
-        # Own session, so the whole launch (launcher and ranks) can be killed as one group;
-        # die_with_parent so it also dies if this runner is killed outright.
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, pass_fds=lease.fds,
-                                start_new_session=True, preexec_fn=die_with_parent)
-        timed_out = False
-        try:
-            rc = proc.wait(timeout=deadline)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:  # normal exit, timeout, Ctrl-C or SIGTERM of the runner: no rank survives
-            _kill_group(proc.pid)
-            rc = proc.wait()
-    return rc, timed_out, time.monotonic() - t0
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # already gone
-
-
-def _read_rank_results(out_dir: str, world_size: int) -> Tuple[Dict[str, Dict[int, dict]], set]:
-    """rank JSONL files → ({case: {rank: record}}, ranks that wrote ``rank_done``)."""
-    by_case: Dict[str, Dict[int, dict]] = {}
-    done = set()
-    for rank in range(world_size):
-        path = os.path.join(out_dir, f"rank{rank}.jsonl")
-        if not os.path.exists(path):
+    status = "timeout" if res.timed_out else "crash"
+    by_rank = res.records.get(case.name, {})
+    failures = []
+    for rank in range(group.world_size):
+        rec = by_rank.get(rank)
+        if rec is not None:
+            if rec["status"] != "pass":
+                failures.append({"rank": rank, "status": rec["status"], "step": rec["step"], "error": rec["error"]})
             continue
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by a crash
-                if rec.get("event") == "rank_done":
-                    done.add(rank)
-                elif "case" in rec:
-                    by_case.setdefault(rec["case"], {})[rank] = rec
-    return by_case, done
-
-
-def _launcher_tail(out_dir: str, n: int = 6) -> str:
-    try:
-        with open(os.path.join(out_dir, "launcher.log"), encoding="utf-8", errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError:
-        return ""
+        prog = res.progress.get(rank)
+        step = prog.step if prog is not None and prog.case == case.name else "not started"
+        why = ("did not finish before the case deadline; the launch was killed" if res.timed_out
+               else f"the launch ended ({describe_exit(res.rc)}) before this rank recorded the case")
+        log_tail = tail(os.path.join(out_dir, f"rank{rank}.log"), 12)
+        failures.append({"rank": rank, "status": status, "step": step,
+                         "error": f"{why}\n-- last lines of rank{rank}.log:\n{log_tail}"
+                                  f"-- last lines of launcher.log:\n{tail(os.path.join(out_dir, 'launcher.log'))}"})
+    slowest = max((r["duration_s"] for r in by_rank.values()), default=0.0)
+    return CaseOutcome(case.name, case.file, group.group_id, group.world_size, status, slowest, None, failures)
 
 
 def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) -> Tuple[List[CaseOutcome], List[str]]:
-    """Launch one group and turn its rank results into outcomes and report notes."""
-    rc, timed_out, wall = _launch(group, opts, out_dir, lease)
-    by_case, done = _read_rank_results(out_dir, group.world_size)
-    notes = [f"launch {group.group_id}: {group.world_size} ranks, {len(group.cases)} case(s), {wall:.1f}s, exit {rc}"]
-    if timed_out:
-        reason = f"launch {group.group_id} timed out and was killed; see ranks/{group.group_id}/rank<k>.log"
-    elif rc != 0:
-        reason = f"launch {group.group_id} exited {rc} before this rank recorded the case:\n{_launcher_tail(out_dir)}"
-    else:
-        reason = f"launch {group.group_id} exited 0 but this rank recorded no result"
-    if rc != 0 and not timed_out and len(done) == group.world_size:
-        notes.append(
-            f"teardown warning: launch {group.group_id} exited {rc} after every rank recorded all results; "
-            f"results stand (see ranks/{group.group_id}/launcher.log)"
-        )
-    outcomes = [
-        reporter.aggregate(c.name, c.file, group.group_id, group.world_size, by_case.get(c.name, {}),
-                           ("timeout: " if timed_out else "") + reason)
-        for c in group.cases
-    ]
-    if timed_out:
-        for o in outcomes:
-            if o.status == "missing":
-                o.status = "timeout"
+    """Run a group's cases, relaunching after a hang or crash so no case is lost.
+
+    Each launch runs the cases still to do. When a launch dies inside a case (deadline or
+    crash), that case is reported ``timeout``/``crash`` with the ranks and steps, and the cases
+    after it run in a fresh launch (artifacts in ``<group>.relaunch<k>/``). When a launch stops
+    between cases (a rank gave up after a failed health probe), the rest are relaunched. A
+    launch that ends without starting any case ends the group: its cases are reported ``crash``.
+    """
+    outcomes: List[CaseOutcome] = []
+    notes: List[str] = []
+    remaining = list(group.cases)
+    attempt = 0
+    while remaining:
+        sub = dataclasses.replace(group, cases=tuple(remaining))
+        sub_dir = out_dir if attempt == 0 else f"{out_dir}.relaunch{attempt}"
+        res = launch(sub, platform=opts.platform, device_kind=opts.device_kind, case_timeout_s=opts.case_timeout_s,
+                     out_dir=sub_dir, lease=lease)
+        notes.append(f"launch {os.path.basename(sub_dir)}: {group.world_size} ranks, {len(remaining)} case(s), "
+                     f"{res.wall_s:.1f}s, {describe_exit(res.rc)}" + (", killed at a deadline" if res.timed_out else ""))
+        complete = [c for c in remaining if len(res.records.get(c.name, {})) == group.world_size]
+        outcomes.extend(reporter.aggregate(c.name, c.file, group.group_id, group.world_size, res.records[c.name], "")
+                        for c in complete)
+        incomplete = [c for c in remaining if c not in complete]
+        if not incomplete:
+            if res.rc != 0 and not res.timed_out:
+                notes.append(f"teardown warning: launch {os.path.basename(sub_dir)} ended with {describe_exit(res.rc)} "
+                             f"after every rank recorded every case; results stand (see its launcher.log)")
+            break
+        culprit = incomplete[0]
+        started = culprit.name in res.records or any(p.case == culprit.name for p in res.progress.values())
+        if started:
+            outcomes.append(_interrupted_outcome(culprit, group, res, sub_dir))
+            remaining = incomplete[1:]
+        elif complete:
+            remaining = incomplete  # stopped between cases: relaunch the rest
+        else:
+            outcomes.extend(_interrupted_outcome(c, group, res, sub_dir) for c in incomplete)
+            break
+        if remaining:
+            notes.append(f"relaunching {len(remaining)} case(s) of {group.group_id} after {culprit.name}")
+        attempt += 1
     return outcomes, notes
 
 

@@ -202,6 +202,9 @@ class OpShardCase:
     :param known_failure: reason the platform is known to get this case wrong (an upstream bug,
         with its reference). The case still runs; failing is reported ``xfail``, passing is
         reported ``xpass`` and fails the run so the mark gets removed.
+    :param timeout_s: this case's deadline in seconds (default: the run's ``--case-timeout``,
+        120 s). Past it every rank dumps its Python stacks into its log, the launch is killed,
+        the case is reported ``timeout`` and the cases after it run in a fresh launch.
     :param grad_compare: comparison of input gradients (default: ``compare``). Gradients are
         checked when any input has ``requires_grad=True``: after the forward comparison, both
         paths back-propagate the loss ``L = sum_i sum(out_i * G_i)`` over the compared float
@@ -226,6 +229,7 @@ class OpShardCase:
     solo_launcher: bool = False
     known_failure: Optional[str] = None
     grad_compare: Optional[CompareSpec] = None
+    timeout_s: Optional[float] = None
 
     @property
     def needs_grad(self) -> bool:
@@ -281,6 +285,9 @@ class OpShardCase:
                     file, name, "compare-outputs", f"compare_outputs must be a non-empty tuple of indices >= 0; got {outs!r}"
                 )
             outs = tuple(outs)
+        if self.timeout_s is not None and (isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float))
+                                           or self.timeout_s <= 0):
+            raise CaseDeclarationError(file, name, "timeout", f"timeout_s must be a number of seconds > 0; got {self.timeout_s!r}")
         if self.known_failure is not None and (not isinstance(self.known_failure, str) or not self.known_failure.strip()):
             raise CaseDeclarationError(file, name, "known-failure", "known_failure must be a non-empty reason string")
         return dataclasses.replace(
