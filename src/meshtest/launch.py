@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -180,6 +181,20 @@ def tail(path: str, n: int = 6) -> str:
             return "".join(f.readlines()[-n:])
     except OSError:
         return ""
+
+
+_RANK_EXIT = re.compile(r"^\s*rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", re.M)
+
+
+def rank_exit_codes(launcher_log: str) -> Dict[int, int]:
+    """Exit codes of failed ranks from torchrun's failure report (``rank : k`` followed by
+    ``exitcode : c`` in its ChildFailedError summary); ranks it does not list are absent."""
+    try:
+        with open(launcher_log, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    return {int(r): int(c) for r, c in _RANK_EXIT.findall(text)}
 
 
 def describe_exit(rc: int) -> str:

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from . import reporter
 from .errors import SelectionError
 from .junit import write_junit
-from .launch import LaunchResult, describe_exit, launch, tail
+from .launch import LaunchResult, describe_exit, launch, rank_exit_codes, tail
 from .planner import DEFAULT_CASE_TIMEOUT_S, Group, plan_groups, select_cases
 from .reporter import CaseOutcome
 from .scan import FileScan, ScannedCase, scan_case_file
@@ -109,6 +109,7 @@ def _interrupted_outcome(case: ScannedCase, group: Group, res: LaunchResult, out
     """
     status = "timeout" if res.timed_out else "crash"
     by_rank = res.records.get(case.name, {})
+    exits = rank_exit_codes(os.path.join(out_dir, "launcher.log"))
     failures = []
     for rank in range(group.world_size):
         rec = by_rank.get(rank)
@@ -118,8 +119,12 @@ def _interrupted_outcome(case: ScannedCase, group: Group, res: LaunchResult, out
             continue
         prog = res.progress.get(rank)
         step = prog.step if prog is not None and prog.case == case.name else "not started"
-        why = ("did not finish before the case deadline; the launch was killed" if res.timed_out
-               else f"the launch ended ({describe_exit(res.rc)}) before this rank recorded the case")
+        if res.timed_out:
+            why = "did not finish before the case deadline; the launch was killed"
+        elif rank in exits:
+            why = f"the rank died ({describe_exit(exits[rank])}) before recording the case"
+        else:
+            why = f"the launch ended ({describe_exit(res.rc)}) before this rank recorded the case"
         log_tail = tail(os.path.join(out_dir, f"rank{rank}.log"), 12)
         failures.append({"rank": rank, "status": status, "step": step,
                          "error": f"{why}\n-- last lines of rank{rank}.log:\n{log_tail}"

@@ -1,0 +1,83 @@
+"""Fault injection through torchrun + gloo: a hang and a rank crash lose no result, no later
+case, no rank process and no device slot (~40 s on 2 cores).
+
+The fault cases live here, not under cases/, so no gate ever selects them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import meshtest
+
+from tests.helpers import case_file
+
+SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
+
+FAULTS = """
+import os
+import torch
+import torch.distributed as dist
+
+def ok(x):
+    return x * 2.0
+
+def hang_on_rank1(x):
+    if hasattr(x, "placements") and dist.get_rank() == 1:
+        while True:  # never returns: the case deadline must catch it
+            pass
+    return x * 2.0
+
+def exit_on_rank1(x):
+    if hasattr(x, "placements") and dist.get_rank() == 1:
+        os._exit(7)
+    return x * 2.0
+
+def _case(name, fn, timeout_s=None):
+    return OpShardCase(name=name, fn=fn, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)],
+                       mesh_shape=(2,), tags=("cpu_level1",), timeout_s=timeout_s)
+
+register(OpShardCase(name="f1_before", fn=ok, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",)))
+register(OpShardCase(name="f2_hang", fn=hang_on_rank1, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",), timeout_s=6))
+register(OpShardCase(name="f3_after_hang", fn=ok, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",)))
+register(OpShardCase(name="f4_crash", fn=exit_on_rank1, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",)))
+register(OpShardCase(name="f5_after_crash", fn=ok, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",)))
+"""
+
+
+def _ranks_alive(marker: str) -> list:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "meshtest.entry" in line and marker in line]
+
+
+def test_hang_and_crash_are_reported_and_later_cases_still_run(tmp_path):
+    path = case_file(tmp_path, "case_faults.py", FAULTS)
+    out = tmp_path / "out"
+    slots = tmp_path / "slots"
+    env = {**os.environ, "PYTHONPATH": SRC_ROOT}
+    proc = subprocess.run([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(out), "--slot-dir", str(slots)],
+                          capture_output=True, text=True, env=env, timeout=400)
+    text = proc.stdout
+    assert proc.returncode == 1, text + proc.stderr
+    status = {json.loads(l)["case"]: json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()}
+    assert {k: v["status"] for k, v in status.items()} == {
+        "f1_before": "pass", "f2_hang": "timeout", "f3_after_hang": "pass", "f4_crash": "crash", "f5_after_crash": "pass"}
+    hang = {f["rank"]: f for f in status["f2_hang"]["failures"]}
+    # rank 1 loops inside fn; rank 0 waits for it in the gather's collective.
+    assert (hang[0]["step"], hang[1]["step"]) == ("gather", "run")
+    assert "TIMEOUT f2_hang" in text and "rank(s) 1: timeout at step run" in text
+    # The stack dump taken at the deadline shows the looping line of the case file.
+    assert "hang_on_rank1" in (out / "ranks" / "w2-2" / "rank1.log").read_text()
+    crash = {f["rank"]: f for f in status["f4_crash"]["failures"]}
+    assert crash[1]["status"] == "crash" and crash[1]["step"] == "run"
+    assert crash[1]["error"].startswith("the rank died (exit 7) before recording the case")
+    assert "relaunching 3 case(s) of w2-2 after f2_hang" in text
+    assert (out / "ranks" / "w2-2.relaunch1").is_dir() and (out / "ranks" / "w2-2.relaunch2").is_dir()
+    # Nothing leaked: no rank process of this run survives, and every slot is free again.
+    assert _ranks_alive(str(out)) == []
+    from meshtest.slots import SlotPool, audit_stats, read_audit
+    with SlotPool(str(slots), 8).acquire(8, "after", timeout_s=2):
+        pass
+    assert audit_stats(read_audit(str(slots))).open_leases == 0
