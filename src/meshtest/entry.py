@@ -207,69 +207,86 @@ def _redirect_output(out_dir: str, rank: int) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s rank{rank} %(message)s", force=True)
 
 
+class _Stream:
+    """This rank's JSONL stream: results and the progress events the runner watches."""
+
+    def __init__(self, path: str) -> None:
+        self.f = open(path, "a", encoding="utf-8")
+
+    def emit(self, doc: dict) -> None:
+        self.f.write(json.dumps(doc) + "\n")
+        self.f.flush()
+
+    def record(self, r: CaseResult) -> None:
+        self.emit(asdict(r))
+        log.info("case %s: %s at step %s (%.3fs)%s", r.case, r.status, r.step, r.duration_s, f"\n{r.error}" if r.error else "")
+
+
+def _run_one(case: OpShardCase, sc: ScannedCase, plan: dict, rank: int, backend: ShardBackend, mesh: Any,
+             out: _Stream) -> str:
+    """Run one case under its deadline and record it; returns the raw status."""
+    timeout_s = case.timeout_s or float(plan["case_timeout_s"])
+    out.emit({"event": "start", "case": case.name, "t": time.time(), "timeout_s": timeout_s})
+    log.info("case %s: start (deadline %.0fs)", case.name, timeout_s)
+    # At the deadline every thread's stack goes to this rank's log, before the runner kills the launch.
+    faulthandler.dump_traceback_later(timeout_s, exit=False, file=sys.stderr)
+    t0 = time.perf_counter()
+    status, step, error = run_case(case, backend, mesh,
+                                   on_step=lambda st: out.emit({"event": "step", "case": case.name, "step": st}))
+    faulthandler.cancel_dump_traceback_later()
+    out.record(CaseResult(case.name, sc.file, plan["group_id"], rank, final_status(case, status), step,
+                          time.perf_counter() - t0, error, case.known_failure or ""))
+    return status
+
+
+def run_plan(plan: dict, rank: int, out: _Stream) -> Tuple[ShardBackend, bool]:
+    """Run every case of the plan in order on this rank.
+
+    :returns: (backend, broken) — ``broken`` when the process group failed its health probe
+        after an error, and the remaining cases were left for a fresh launch.
+    """
+    cases, load_errors = _load_cases(plan["cases"])
+    backend = load_backend(plan["platform"])
+    backend.init(plan["device_kind"], timeout_s=float(plan["case_timeout_s"]) / 2)
+    mesh = backend.make_mesh(tuple(plan["mesh_shape"]), tuple(plan["mesh_dim_names"]))
+    for sc in plan["cases"]:
+        if sc.file in load_errors:
+            out.record(CaseResult(sc.name, sc.file, plan["group_id"], rank, "error", "load", 0.0, load_errors[sc.file]))
+            continue
+        status = _run_one(cases[sc.name], sc, plan, rank, backend, mesh, out)
+        if status == "error" and not backend.recover_after_failure(timeout_s=float(plan["case_timeout_s"]) / 4):
+            log.info("process group failed its health probe after %s errored; giving up this launch", sc.name)
+            return backend, True
+    out.emit({"event": "rank_done", "rank": rank})
+    return backend, False
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    """Run one launch's plan on this rank; exit code 0 once every result is recorded."""
+    """Run one launch's plan on this rank; exit 0 once every result is recorded (3: gave up)."""
     ap = argparse.ArgumentParser(prog="meshtest.entry")
     ap.add_argument("--plan", required=True, help="launch plan JSON written by the runner")
     args = ap.parse_args(argv)
     die_with_parent()  # a rank never outlives its launcher
     plan = read_plan(args.plan)
-    out_dir = plan["out_dir"]
     rank = int(os.environ.get("RANK", "0"))
-    _redirect_output(out_dir, rank)
+    _redirect_output(plan["out_dir"], rank)
     # torchrun stops the other ranks with SIGTERM when one fails: leave their stacks in their logs.
     faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
     log.info("group %s: %d case(s), mesh %s %s, device slots %s", plan["group_id"], len(plan["cases"]),
              plan["mesh_shape"], plan["mesh_dim_names"], plan.get("slots"))
-    with open(os.path.join(out_dir, f"rank{rank}.jsonl"), "a", encoding="utf-8") as results:
-
-        def emit(doc: dict) -> None:
-            results.write(json.dumps(doc) + "\n")
-            results.flush()
-
-        def record(r: CaseResult) -> None:
-            emit(asdict(r))
-            log.info("case %s: %s at step %s (%.3fs)%s", r.case, r.status, r.step, r.duration_s, f"\n{r.error}" if r.error else "")
-
-        cases, load_errors = _load_cases(plan["cases"])
-        backend = load_backend(plan["platform"])
-        backend.init(plan["device_kind"], timeout_s=float(plan["case_timeout_s"]) / 2)
-        mesh = backend.make_mesh(tuple(plan["mesh_shape"]), tuple(plan["mesh_dim_names"]))
-        broken = False
-        for sc in plan["cases"]:
-            if sc.file in load_errors:
-                record(CaseResult(sc.name, sc.file, plan["group_id"], rank, "error", "load", 0.0, load_errors[sc.file]))
-                continue
-            case = cases[sc.name]
-            timeout_s = case.timeout_s or float(plan["case_timeout_s"])
-            emit({"event": "start", "case": case.name, "t": time.time(), "timeout_s": timeout_s})
-            log.info("case %s: start (deadline %.0fs)", case.name, timeout_s)
-            # At the deadline every thread's stack goes to this rank's log, before the runner kills the launch.
-            faulthandler.dump_traceback_later(timeout_s, exit=False, file=sys.stderr)
-            t0 = time.perf_counter()
-            status, step, error = run_case(case, backend, mesh,
-                                           on_step=lambda st, n=case.name: emit({"event": "step", "case": n, "step": st}))
-            faulthandler.cancel_dump_traceback_later()
-            record(CaseResult(case.name, sc.file, plan["group_id"], rank, final_status(case, status), step,
-                              time.perf_counter() - t0, error, case.known_failure or ""))
-            if status == "error" and not backend.recover_after_failure(timeout_s=float(plan["case_timeout_s"]) / 4):
-                log.info("process group failed its health probe after %s errored; giving up this launch", case.name)
-                broken = True
-                break
-        if not broken:
-            emit({"event": "rank_done", "rank": rank})
-    if broken:  # the runner relaunches the cases after this one
-        logging.shutdown()
-        os._exit(3)
-    backend.recover_after_failure(timeout_s=float(plan["case_timeout_s"]))  # closing barrier
-    backend.shutdown()
-    log.info("rank done")
+    out = _Stream(os.path.join(plan["out_dir"], f"rank{rank}.jsonl"))
+    backend, broken = run_plan(plan, rank, out)
+    out.f.close()
+    if not broken:
+        backend.recover_after_failure(timeout_s=float(plan["case_timeout_s"]))  # closing barrier
+        backend.shutdown()
+    log.info("rank %s", "gave up: the runner relaunches the remaining cases" if broken else "done")
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: gloo's threads can abort the process during static
     # destruction after all work is done (see WORKSPACE-notes.md, "teardown aborts").
-    os._exit(0)
+    os._exit(3 if broken else 0)
 
 
 if __name__ == "__main__":

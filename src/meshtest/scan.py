@@ -221,14 +221,19 @@ def _scan_register_call(path: str, call: ast.Call, literals: Dict[str, object]) 
             path, None, "static-scan",
             f"register() argument must be written as {' or '.join(CASE_CONSTRUCTORS)}(...) directly",
         )
-    if ctor.args:
-        raise CaseDeclarationError(path, None, "static-scan", "OpShardCase(...) arguments must be given by keyword")
-    kw = {k.arg: k.value for k in ctor.keywords if k.arg is not None}
-    values = _literal_fields(path, kw, _SCANNED_FIELDS, literals, "OpShardCase")
-    name = rules.check_name(path, values["name"])
-    mesh_shape = rules.check_mesh_shape(path, name, values["mesh_shape"])
+    kw, values, name, mesh_shape = _keyword_call(path, ctor, _SCANNED_FIELDS, literals, "OpShardCase")
     _check_placement_shapes(path, name, mesh_shape, kw)
     return _scanned(path, name, mesh_shape, values, lineno)
+
+
+def _keyword_call(path: str, call: ast.Call, fields: Sequence[str], literals: Dict[str, object], callee: str):
+    """Keyword nodes, literal values of ``fields``, checked name and mesh shape of a declaring call."""
+    if call.args:
+        raise CaseDeclarationError(path, None, "static-scan", f"{callee}(...) arguments must be given by keyword")
+    kw = {k.arg: k.value for k in call.keywords if k.arg is not None}
+    values = _literal_fields(path, kw, fields, literals, callee)
+    name = rules.check_name(path, values["name"])
+    return kw, values, name, rules.check_mesh_shape(path, name, values["mesh_shape"])
 
 
 def _scanned(path: str, name: str, mesh_shape: Tuple[int, ...], values: Dict[str, object], lineno: int) -> ScannedCase:
@@ -296,12 +301,7 @@ def _scan_sweep_call(path: str, call: ast.Call, literals: Dict[str, object]) -> 
     """The cases a ``register_sweep(...)`` call registers, and its summary line."""
     from .sweep import plan_sweep
 
-    if call.args:
-        raise CaseDeclarationError(path, None, "static-scan", "register_sweep(...) arguments must be given by keyword")
-    kw = {k.arg: k.value for k in call.keywords if k.arg is not None}
-    values = _literal_fields(path, kw, _SWEEP_FIELDS, literals, "register_sweep")
-    name = rules.check_name(path, values["name"])
-    mesh_shape = rules.check_mesh_shape(path, name, values["mesh_shape"])
+    kw, values, name, mesh_shape = _keyword_call(path, call, _SWEEP_FIELDS, literals, "register_sweep")
     shapes = _input_shapes(path, name, kw.get("inputs"), literals)
     plan = plan_sweep(name, shapes, len(mesh_shape), values.get("partial_inputs"),
                       values.get("partial_ops", ("sum",)), values.get("max_partial_inputs"))
