@@ -31,6 +31,7 @@ Adding a platform — a minimal complete example::
         def dtype_name(self, tensor): return str(tensor.dtype)
         def backward(self, outputs, grad_outputs): mf.autograd.backward(outputs, grad_outputs)
         def grad_of(self, tensor): return tensor.grad
+        def any_rank(self, flag): return bool(mf.dist.all_reduce_max(int(flag)))
         def recover_after_failure(self, timeout_s): mf.dist.barrier(); return True
         def shutdown(self): mf.dist.destroy()
 
@@ -113,6 +114,10 @@ class ShardBackend(ABC):
     @abstractmethod
     def grad_of(self, tensor: Any) -> Any:
         """The accumulated gradient of a leaf tensor (distributed if the leaf is), or ``None``."""
+
+    @abstractmethod
+    def any_rank(self, flag: bool) -> bool:
+        """Collective: whether ``flag`` is true on any rank (every rank gets the same answer)."""
 
     @abstractmethod
     def recover_after_failure(self, timeout_s: float) -> bool:

@@ -20,7 +20,7 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 from .errors import SelectionError
-from .planner import DEFAULT_CASE_TIMEOUT_S
+from .planner import DEFAULT_CASE_TIMEOUT_S, gate_is_fail_fast
 from .scan import scan_case_file
 from .slots import DEFAULT_SLOTS, SlotRequestError
 #: Environment variable with comma-separated fnmatch patterns of case names to run.
@@ -57,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--slot-dir", default="", help="the pool's lock directory (default $MESHTEST_SLOT_DIR or ~/.cache/meshtest/slots)")
     r.add_argument("--device-need", type=int, default=None, metavar="N",
                    help="slots to hold for the whole run (a build target's resource tag); default: the largest launch")
+    r.add_argument("--fail-fast", action=argparse.BooleanOptionalAction, default=None,
+                   help="stop at the first failing case (default: on when --tag selects a level0 gate)")
     r.add_argument("--target", default="", help="label of the requester in the slot audit log (a Pants address)")
     s = sub.add_parser("scan", help="print the static scan of case files as JSON")
     s.add_argument("files", nargs="+")
@@ -122,7 +124,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     opts = RunOptions(artifacts_dir=out, platform=args.platform, device_kind=args.device_kind,
                       tag_filters=tuple(args.tags), name_patterns=patterns, case_timeout_s=args.case_timeout,
-                      slots=args.slots, slot_dir=args.slot_dir, device_need=args.device_need, target=args.target)
+                      slots=args.slots, slot_dir=args.slot_dir, device_need=args.device_need, target=args.target,
+                      fail_fast=gate_is_fail_fast(args.tags) if args.fail_fast is None else args.fail_fast)
     try:
         result = run(files, opts)
     except (SelectionError, SlotRequestError) as e:

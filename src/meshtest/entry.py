@@ -252,11 +252,18 @@ def run_plan(plan: dict, rank: int, out: _Stream) -> Tuple[ShardBackend, bool]:
     for sc in plan["cases"]:
         if sc.file in load_errors:
             out.record(CaseResult(sc.name, sc.file, plan["group_id"], rank, "error", "load", 0.0, load_errors[sc.file]))
-            continue
-        status = _run_one(cases[sc.name], sc, plan, rank, backend, mesh, out)
-        if status == "error" and not backend.recover_after_failure(timeout_s=float(plan["case_timeout_s"]) / 4):
+            status, case = "error", None
+        else:
+            case = cases[sc.name]
+            status = _run_one(case, sc, plan, rank, backend, mesh, out)
+        if case is not None and status == "error" and not backend.recover_after_failure(timeout_s=float(plan["case_timeout_s"]) / 4):
             log.info("process group failed its health probe after %s errored; giving up this launch", sc.name)
             return backend, True
+        failed = status == "error" if case is None else final_status(case, status) in ("fail", "error", "xpass")
+        if plan.get("fail_fast") and backend.any_rank(failed):
+            log.info("fail-fast gate: stopping after %s failed on some rank", sc.name)
+            out.emit({"event": "stopped", "after": sc.name})
+            break
     out.emit({"event": "rank_done", "rank": rank})
     return backend, False
 

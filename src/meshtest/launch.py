@@ -61,6 +61,7 @@ class LaunchResult:
     :ivar timed_out: the watcher killed the launch at a deadline.
     :ivar records: case → rank → result record.
     :ivar progress: rank → last known progress (which case and step it was in).
+    :ivar stopped_after: with ``fail_fast``, the failing case after which the ranks stopped.
     """
 
     rc: int
@@ -68,6 +69,7 @@ class LaunchResult:
     wall_s: float
     records: Dict[str, Dict[int, dict]] = field(default_factory=dict)
     progress: Dict[int, RankProgress] = field(default_factory=dict)
+    stopped_after: Optional[str] = None
 
     @property
     def ranks_done(self) -> List[int]:
@@ -79,8 +81,11 @@ class RankWatcher:
 
     def __init__(self, out_dir: str, world_size: int, started: float) -> None:
         self.out_dir = out_dir
+        self.world_size = world_size
         self.progress = {r: RankProgress(deadline=started + LAUNCH_OVERHEAD_S) for r in range(world_size)}
         self.records: Dict[str, Dict[int, dict]] = {}
+        #: the case after which the ranks agreed to stop (fail-fast gates)
+        self.stopped_after: Optional[str] = None
 
     def poll(self) -> None:
         """Read what the ranks appended since the last poll."""
@@ -112,6 +117,8 @@ class RankWatcher:
             prog.deadline = rec["t"] + rec["timeout_s"] + DUMP_GRACE_S
         elif event == "step":
             prog.step = rec["step"]
+        elif event == "stopped":
+            self.stopped_after = rec["after"]
         elif event == "rank_done":
             prog.done, prog.case = True, None
             prog.deadline = now + LAUNCH_OVERHEAD_S
@@ -132,18 +139,19 @@ def _kill_group(pgid: int) -> None:
 
 
 def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: float, out_dir: str,
-           lease: SlotLease) -> LaunchResult:
+           lease: SlotLease, fail_fast: bool = False) -> LaunchResult:
     """Run ``group`` as one launch on the first ``world_size`` slots of ``lease``, watching it.
 
     The lease's lock files are inherited by the launch (``pass_fds``), so its slots stay held as
     long as any of its processes lives. Whatever ends the launch — exit, deadline, Ctrl-C or
     SIGTERM of the runner — its whole process group is killed afterwards: no rank survives.
+    With ``fail_fast`` the ranks stop together after the first case that fails on any rank.
     """
     os.makedirs(out_dir, exist_ok=True)
     plan_path = os.path.join(out_dir, "plan.json")
     slot_ids = lease.slots[: group.world_size]
     write_plan(plan_path, group, platform=platform, device_kind=device_kind,
-               out_dir=os.path.abspath(out_dir), case_timeout_s=case_timeout_s, slots=slot_ids)
+               out_dir=os.path.abspath(out_dir), case_timeout_s=case_timeout_s, slots=slot_ids, fail_fast=fail_fast)
     cmd = launch_command(backend_info(platform).launcher, group.world_size, ["--plan", os.path.abspath(plan_path)])
     env = dict(os.environ)
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -171,7 +179,7 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
             _kill_group(proc.pid)
             rc = proc.wait()
     watcher.poll()
-    return LaunchResult(rc, timed_out, time.monotonic() - t0, watcher.records, watcher.progress)
+    return LaunchResult(rc, timed_out, time.monotonic() - t0, watcher.records, watcher.progress, watcher.stopped_after)
 
 
 def tail(path: str, n: int = 6) -> str:

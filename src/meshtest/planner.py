@@ -90,6 +90,19 @@ def tag_clause_matches(clause: str, tags: Sequence[str]) -> bool:
     return not hit if negate else hit
 
 
+def gate_is_fail_fast(tag_filters: Sequence[str]) -> bool:
+    """Whether a run selected by these ``--tag`` clauses is a fail-fast gate (seed 000 §8.5:
+    ``*_level0`` gates stop at the first failure, ``*_level1`` gates collect every failure):
+    true when some positive clause names only level0 gate tags, e.g. ``cpu_level0``."""
+    for clause in tag_filters:
+        if clause.startswith("-"):
+            continue
+        tags = [t for t in clause.lstrip("+").split(",") if t]
+        if tags and all(t in rules.GATE_TAGS and t.endswith("_level0") for t in tags):
+            return True
+    return False
+
+
 def select_cases(
     cases: Sequence[ScannedCase],
     device_kind: str,
@@ -122,13 +135,14 @@ def select_cases(
 
 
 def write_plan(path: str, group: Group, *, platform: str, device_kind: str, out_dir: str, case_timeout_s: float,
-               slots: Sequence[int] = ()) -> None:
+               slots: Sequence[int] = (), fail_fast: bool = False) -> None:
     """Write the versioned launch plan that every rank of ``group`` reads (``--plan PATH``).
 
     One file per launch carries every setting the ranks need (no settings smuggled through
     environment variables; only the platform's own device-visibility variable is set too).
 
     :param slots: device slot ids the launch holds (device ids on NPU/CUDA).
+    :param fail_fast: the ranks stop together after the first case that fails on any rank.
     """
     doc = {
         "version": PLAN_VERSION,
@@ -140,6 +154,7 @@ def write_plan(path: str, group: Group, *, platform: str, device_kind: str, out_
         "out_dir": out_dir,
         "case_timeout_s": case_timeout_s,
         "slots": list(slots),
+        "fail_fast": fail_fast,
         "cases": [c.to_json() for c in group.cases],
     }
     with open(path, "w", encoding="utf-8") as f:

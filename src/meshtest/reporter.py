@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, TextIO
 
 #: Outcomes that make the run fail.
-FAILING = ("fail", "error", "crash", "missing", "timeout", "xpass", "not_run")
+FAILING = ("fail", "error", "crash", "missing", "timeout", "xpass")
 _PRECEDENCE = ("crash", "error", "timeout", "missing", "fail", "not_run", "xpass", "xfail", "pass")
 
 
@@ -109,6 +109,8 @@ def summary_lines(outcomes: Sequence[CaseOutcome], notes: Iterable[str] = ()) ->
     lines.append("meshtest outcomes: " + (", ".join(f"{k}={v}" for k, v in sorted(c.items())) or "no cases"))
     passed = c.get("pass", 0) + c.get("xfail", 0)
     failed = sum(c.get(s, 0) for s in FAILING)
+    if c.get("not_run"):
+        lines.append(f"meshtest: {c['not_run']} case(s) not run: the fail-fast (level0) gate stopped at the first failure")
     lines.append(f"meshtest: {passed} passed, {failed} failed")
     return lines
 

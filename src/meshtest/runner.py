@@ -44,6 +44,8 @@ class RunOptions:
 
     :param tag_filters: Pants ``--tag`` style filters, see :func:`meshtest.planner.select_cases`.
     :param name_patterns: fnmatch patterns on case names.
+    :param fail_fast: stop at the first failing case (level0 gates); the cases not run are
+        reported ``not_run``. Off: run everything and list every failure (level1).
     """
 
     artifacts_dir: str
@@ -56,6 +58,7 @@ class RunOptions:
     slot_dir: str = ""
     device_need: Optional[int] = None
     target: str = ""
+    fail_fast: bool = False
 
 
 @dataclass
@@ -133,6 +136,12 @@ def _interrupted_outcome(case: ScannedCase, group: Group, res: LaunchResult, out
     return CaseOutcome(case.name, case.file, group.group_id, group.world_size, status, slowest, None, failures)
 
 
+def not_run(cases: Sequence[ScannedCase], group: Group, reason: str) -> List[CaseOutcome]:
+    """Outcomes for cases a fail-fast run did not start."""
+    return [CaseOutcome(c.name, c.file, group.group_id, group.world_size, "not_run",
+                        failures=[{"rank": "-", "status": "not_run", "step": "-", "error": reason}]) for c in cases]
+
+
 def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) -> Tuple[List[CaseOutcome], List[str]]:
     """Run a group's cases, relaunching after a hang or crash so no case is lost.
 
@@ -150,13 +159,18 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) ->
         sub = dataclasses.replace(group, cases=tuple(remaining))
         sub_dir = out_dir if attempt == 0 else f"{out_dir}.relaunch{attempt}"
         res = launch(sub, platform=opts.platform, device_kind=opts.device_kind, case_timeout_s=opts.case_timeout_s,
-                     out_dir=sub_dir, lease=lease)
+                     out_dir=sub_dir, lease=lease, fail_fast=opts.fail_fast)
         notes.append(f"launch {os.path.basename(sub_dir)}: {group.world_size} ranks, {len(remaining)} case(s), "
                      f"{res.wall_s:.1f}s, {describe_exit(res.rc)}" + (", killed at a deadline" if res.timed_out else ""))
         complete = [c for c in remaining if len(res.records.get(c.name, {})) == group.world_size]
         outcomes.extend(reporter.aggregate(c.name, c.file, group.group_id, group.world_size, res.records[c.name], "")
                         for c in complete)
         incomplete = [c for c in remaining if c not in complete]
+        if res.stopped_after:
+            outcomes.extend(not_run(incomplete, group, f"not run: fail-fast gate stopped after {res.stopped_after} failed"))
+            notes.append(f"fail-fast: stopped after {res.stopped_after} failed; {len(incomplete)} case(s) of "
+                         f"{group.group_id} not run")
+            break
         if not incomplete:
             if res.rc != 0 and not res.timed_out:
                 notes.append(f"teardown warning: launch {os.path.basename(sub_dir)} ended with {describe_exit(res.rc)} "
@@ -219,7 +233,14 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             with pool.acquire(need, opts.target or ",".join(files)) as lease:
                 result.notes.append(f"device slots {lease.slots} of {opts.slots} held "
                                     f"(waited {time.monotonic() - t0:.1f}s; pool {pool.directory})")
-                for group in groups:
+                for gi, group in enumerate(groups):
+                    if opts.fail_fast and not result.ok and result.outcomes:
+                        rest = [c for g in groups[gi:] for c in g.cases]
+                        skipped = [o for g in groups[gi:] for o in not_run(g.cases, g, "not run: fail-fast gate stopped after a failure")]
+                        result.outcomes.extend(skipped)
+                        result.notes.append(f"fail-fast: {len(rest)} case(s) in {len(groups) - gi} later launch group(s) not run")
+                        emit([reporter.format_outcome(o) for o in skipped])
+                        break
                     emit([f"-- launch {group.group_id}: mesh {group.mesh_shape} {group.mesh_dim_names}, "
                           f"{len(group.cases)} case(s), slots {lease.slots[:group.world_size]}"])
                     pool.audit("launch", lease.target, lease.slots[: group.world_size], group.world_size)

@@ -132,3 +132,17 @@ def test_gradients_are_compared_and_a_wrong_one_fails_at_backward(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "PASS    grad_linear_rowwise" in proc.stdout
     assert "rank(s) 0,1: fail at step backward: grad of input 0:" in proc.stdout
+
+
+def test_level0_gate_stops_at_the_first_failure_and_says_so(tmp_path):
+    path = case_file(tmp_path, "case_e2e.py", BODY)
+    env = {**os.environ, "PYTHONPATH": SRC_ROOT}
+    proc = subprocess.run([sys.executable, "-m", "meshtest", path, "--tag", "cpu_level0", "--artifacts-dir",
+                           str(tmp_path / "o"), "--slot-dir", str(tmp_path / "slots")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "PASS    e2e_add" in proc.stdout and "FAIL    e2e_wrong" in proc.stdout
+    assert "NOT_RUN e2e_after" in proc.stdout
+    assert "fail-fast: stopped after e2e_wrong failed; 1 case(s) of w2-2 not run" in proc.stdout
+    assert "meshtest: 1 case(s) not run: the fail-fast (level0) gate stopped at the first failure" in proc.stdout
+    assert "meshtest: 1 passed, 1 failed" in proc.stdout

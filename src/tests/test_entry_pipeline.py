@@ -39,6 +39,7 @@ class NumpyBackend(ShardBackend):
     def dtype_name(self, tensor): return str(np.asarray(tensor).dtype)
     def backward(self, outputs, grad_outputs): raise NotImplementedError("no autograd in the stand-in")
     def grad_of(self, tensor): return None
+    def any_rank(self, flag): return flag
     def recover_after_failure(self, timeout_s): return True
     def shutdown(self): pass
 

@@ -74,3 +74,10 @@ def test_plan_file_round_trip_and_version(tmp_path):
     path.write_text(json.dumps(raw))
     with pytest.raises(ValueError, match="version 99"):
         read_plan(str(path))
+
+
+def test_level0_gates_are_fail_fast_level1_collect_everything():
+    from meshtest.planner import gate_is_fail_fast
+    assert gate_is_fail_fast(["cpu_level0"]) and gate_is_fail_fast(["+npu_level0", "-mesh:8"])
+    assert not gate_is_fail_fast(["cpu_level1"]) and not gate_is_fail_fast([])
+    assert not gate_is_fail_fast(["cpu_level0,cpu_level1"]) and not gate_is_fail_fast(["-cpu_level0"])

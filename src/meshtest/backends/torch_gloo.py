@@ -98,6 +98,11 @@ class TorchGlooBackend(ShardBackend):
     def grad_of(self, tensor: Any) -> Any:
         return tensor.grad
 
+    def any_rank(self, flag: bool) -> bool:
+        t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+
     def recover_after_failure(self, timeout_s: float) -> bool:
         try:
             work = dist.barrier(async_op=True)
