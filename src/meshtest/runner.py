@@ -181,13 +181,15 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) ->
         if started:
             outcomes.append(_interrupted_outcome(culprit, group, res, sub_dir))
             remaining = incomplete[1:]
+            why = f"{culprit.name} ended its launch ({outcomes[-1].status})"
         elif complete:
-            remaining = incomplete  # stopped between cases: relaunch the rest
+            remaining = incomplete  # the ranks stopped between cases: relaunch the rest
+            why = "the process group failed its health probe after an error"
         else:
             outcomes.extend(_interrupted_outcome(c, group, res, sub_dir) for c in incomplete)
             break
         if remaining:
-            notes.append(f"relaunching {len(remaining)} case(s) of {group.group_id} after {culprit.name}")
+            notes.append(f"relaunching {len(remaining)} case(s) of {group.group_id}: {why}")
         attempt += 1
     return outcomes, notes
 

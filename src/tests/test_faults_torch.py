@@ -35,10 +35,6 @@ def exit_on_rank1(x):
         os._exit(7)
     return x * 2.0
 
-def _case(name, fn, timeout_s=None):
-    return OpShardCase(name=name, fn=fn, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)],
-                       mesh_shape=(2,), tags=("cpu_level1",), timeout_s=timeout_s)
-
 register(OpShardCase(name="f1_before", fn=ok, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",)))
 register(OpShardCase(name="f2_hang", fn=hang_on_rank1, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",), timeout_s=6))
 register(OpShardCase(name="f3_after_hang", fn=ok, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",)))
@@ -73,7 +69,7 @@ def test_hang_and_crash_are_reported_and_later_cases_still_run(tmp_path):
     crash = {f["rank"]: f for f in status["f4_crash"]["failures"]}
     assert crash[1]["status"] == "crash" and crash[1]["step"] == "run"
     assert crash[1]["error"].startswith("the rank died (exit 7) before recording the case")
-    assert "relaunching 3 case(s) of w2-2 after f2_hang" in text
+    assert "relaunching 3 case(s) of w2-2: f2_hang ended its launch (timeout)" in text
     assert (out / "ranks" / "w2-2.relaunch1").is_dir() and (out / "ranks" / "w2-2.relaunch2").is_dir()
     # Nothing leaked: no rank process of this run survives, and every slot is free again.
     assert _ranks_alive(str(out)) == []
@@ -81,3 +77,47 @@ def test_hang_and_crash_are_reported_and_later_cases_still_run(tmp_path):
     with SlotPool(str(slots), 8).acquire(8, "after", timeout_s=2):
         pass
     assert audit_stats(read_audit(str(slots))).open_leases == 0
+
+
+TEARDOWN = """
+import os
+import torch.distributed as dist
+
+def abort_in_teardown(x):
+    # Reproduces the gloo teardown abort: rank 1's process-group teardown, which runs only
+    # after every result is recorded and the closing barrier passed, raises SIGABRT.
+    if hasattr(x, "placements") and dist.get_rank() == 1:
+        dist.destroy_process_group = lambda *a, **k: os.abort()
+    return x * 2.0
+
+def ok(x):
+    return x * 2.0
+
+def abort_now(x):
+    if hasattr(x, "placements") and dist.get_rank() == 1:
+        os.abort()
+    return x * 2.0
+
+register(OpShardCase(name="t1_abort_in_teardown", fn=abort_in_teardown, inputs=[InputSpec((4, 4))],
+                     placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",)))
+register(OpShardCase(name="t2_fine", fn=ok, inputs=[InputSpec((4, 4))],
+                     placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",)))
+register(OpShardCase(name="t3_abort_before_recording", fn=abort_now, inputs=[InputSpec((4, 4))],
+                     placements=[(Shard(0), Replicate())], mesh_shape=(2, 1), tags=("cpu_level1",)))
+"""
+
+
+def test_teardown_abort_keeps_results_but_an_abort_before_recording_is_a_crash(tmp_path):
+    path = case_file(tmp_path, "case_teardown.py", TEARDOWN)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": SRC_ROOT}
+    proc = subprocess.run([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(out),
+                           "--slot-dir", str(tmp_path / "slots")], capture_output=True, text=True, env=env, timeout=300)
+    text = proc.stdout
+    status = {json.loads(l)["case"]: json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()}
+    assert {k: v["status"] for k, v in status.items()} == {
+        "t1_abort_in_teardown": "pass", "t2_fine": "pass", "t3_abort_before_recording": "crash"}, text
+    assert "teardown warning: launch w2-2 ended with exit 1 after every rank recorded every case" in text
+    t3 = {f["rank"]: f for f in status["t3_abort_before_recording"]["failures"]}
+    assert t3[1]["error"].startswith("the rank died (killed by SIGABRT) before recording the case")
+    assert proc.returncode == 1  # only because of t3
