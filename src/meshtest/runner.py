@@ -142,7 +142,7 @@ def not_run(cases: Sequence[ScannedCase], group: Group, reason: str) -> List[Cas
                         failures=[{"rank": "-", "status": "not_run", "step": "-", "error": reason}]) for c in cases]
 
 
-def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) -> Tuple[List[CaseOutcome], List[str]]:
+def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) -> Tuple[List[CaseOutcome], List[str], int]:
     """Run a group's cases, relaunching after a hang or crash so no case is lost.
 
     Each launch runs the cases still to do. When a launch dies inside a case (deadline or
@@ -150,14 +150,19 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) ->
     after it run in a fresh launch (artifacts in ``<group>.relaunch<k>/``). When a launch stops
     between cases (a rank gave up after a failed health probe), the rest are relaunched. A
     launch that ends without starting any case ends the group: its cases are reported ``crash``.
+
+    :returns: (outcomes, report notes, number of launches). Each launch is also recorded in
+        the slot pool's audit log.
     """
     outcomes: List[CaseOutcome] = []
     notes: List[str] = []
     remaining = list(group.cases)
-    attempt = 0
+    attempt = launches = 0
     while remaining:
         sub = dataclasses.replace(group, cases=tuple(remaining))
         sub_dir = out_dir if attempt == 0 else f"{out_dir}.relaunch{attempt}"
+        lease.pool.audit("launch", lease.target, lease.slots[: group.world_size], group.world_size)
+        launches += 1
         res = launch(sub, platform=opts.platform, device_kind=opts.device_kind, case_timeout_s=opts.case_timeout_s,
                      out_dir=sub_dir, lease=lease, fail_fast=opts.fail_fast)
         notes.append(f"launch {os.path.basename(sub_dir)}: {group.world_size} ranks, {len(remaining)} case(s), "
@@ -191,7 +196,7 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) ->
         if remaining:
             notes.append(f"relaunching {len(remaining)} case(s) of {group.group_id}: {why}")
         attempt += 1
-    return outcomes, notes
+    return outcomes, notes, launches
 
 
 def device_need(groups: Sequence[Group], declared: Optional[int]) -> int:
@@ -226,7 +231,7 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     need = device_need(groups, opts.device_need)
     with open(os.path.join(opts.artifacts_dir, "summary.txt"), "w", encoding="utf-8") as summary:
         emit = lambda lines: reporter.emit(lines, stream, summary)  # noqa: E731
-        emit([f"meshtest: {len(selected)} case(s) selected from {len(files)} file(s) in {len(groups)} launch(es)"])
+        emit([f"meshtest: {len(selected)} case(s) selected from {len(files)} file(s) in {len(groups)} launch group(s)"])
         emit(scan_notes)
         emit([reporter.format_outcome(o) for o in outcomes])
         if groups:
@@ -235,25 +240,28 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             with pool.acquire(need, opts.target or ",".join(files)) as lease:
                 result.notes.append(f"device slots {lease.slots} of {opts.slots} held "
                                     f"(waited {time.monotonic() - t0:.1f}s; pool {pool.directory})")
-                for gi, group in enumerate(groups):
-                    if opts.fail_fast and not result.ok and result.outcomes:
-                        rest = [c for g in groups[gi:] for c in g.cases]
-                        skipped = [o for g in groups[gi:] for o in not_run(g.cases, g, "not run: fail-fast gate stopped after a failure")]
-                        result.outcomes.extend(skipped)
-                        result.notes.append(f"fail-fast: {len(rest)} case(s) in {len(groups) - gi} later launch group(s) not run")
-                        emit([reporter.format_outcome(o) for o in skipped])
-                        break
-                    emit([f"-- launch {group.group_id}: mesh {group.mesh_shape} {group.mesh_dim_names}, "
-                          f"{len(group.cases)} case(s), slots {lease.slots[:group.world_size]}"])
-                    pool.audit("launch", lease.target, lease.slots[: group.world_size], group.world_size)
-                    group_outcomes, notes = run_group(group, opts, os.path.join(opts.artifacts_dir, "ranks", group.group_id), lease)
-                    result.launches += 1
-                    result.outcomes.extend(group_outcomes)
-                    result.notes.extend(notes)
-                    emit([reporter.format_outcome(o) for o in group_outcomes])
+                _run_groups(groups, opts, lease, result, emit)
         emit(reporter.summary_lines(result.outcomes, result.notes))
     write_evidence(opts.artifacts_dir, result.outcomes)
     return result
+
+
+def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, result: RunResult, emit) -> None:
+    """Run the groups in order into ``result``; a fail-fast run stops after a failing group."""
+    for gi, group in enumerate(groups):
+        if opts.fail_fast and not result.ok and result.outcomes:
+            skipped = [o for g in groups[gi:] for o in not_run(g.cases, g, "not run: fail-fast gate stopped after a failure")]
+            result.outcomes.extend(skipped)
+            result.notes.append(f"fail-fast: {len(skipped)} case(s) in {len(groups) - gi} later launch group(s) not run")
+            emit([reporter.format_outcome(o) for o in skipped])
+            return
+        emit([f"-- launch {group.group_id}: mesh {group.mesh_shape} {group.mesh_dim_names}, "
+              f"{len(group.cases)} case(s), slots {lease.slots[:group.world_size]}"])
+        group_outcomes, notes, launches = run_group(group, opts, os.path.join(opts.artifacts_dir, "ranks", group.group_id), lease)
+        result.launches += launches
+        result.outcomes.extend(group_outcomes)
+        result.notes.extend(notes)
+        emit([reporter.format_outcome(o) for o in group_outcomes])
 
 
 def write_evidence(artifacts_dir: str, outcomes: Sequence[CaseOutcome]) -> None:
