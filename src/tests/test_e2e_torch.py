@@ -119,6 +119,11 @@ register(OpShardCase(name="grad_linear_rowwise", fn=linear,
                      inputs=[InputSpec((8, 6), requires_grad=True), InputSpec((4, 6), requires_grad=True)],
                      placements=[(Shard(1),), (Shard(1),)], mesh_shape=(2,),
                      compare=CompareSpec.allclose(rtol=1e-5, atol=1e-5), tags=("cpu_level0",)))
+def scale(x, s):
+    return x * s
+
+register(OpShardCase(name="grad_zero_d", fn=scale, inputs=[InputSpec((4, 4), requires_grad=True), InputSpec((), requires_grad=True)],
+                     placements=[(Shard(0),), (Replicate(),)], mesh_shape=(2,), tags=("cpu_level0",)))
 register(OpShardCase(name="grad_cut", fn=grad_cut_when_distributed, inputs=[InputSpec((4, 4), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level0",)))
 """
@@ -131,6 +136,7 @@ def test_gradients_are_compared_and_a_wrong_one_fails_at_backward(tmp_path):
                            "--slot-dir", str(tmp_path / "slots")], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "PASS    grad_linear_rowwise" in proc.stdout
+    assert "PASS    grad_zero_d" in proc.stdout  # InputSpec(()) stays 0-d, so its gradient matches
     assert "rank(s) 0,1: fail at step backward: grad of input 0:" in proc.stdout
 
 

@@ -66,7 +66,8 @@ class TorchGlooBackend(ShardBackend):
         return init_device_mesh("cpu", tuple(shape), mesh_dim_names=tuple(names))
 
     def make_tensor(self, array: np.ndarray, dtype: str, requires_grad: bool = False) -> Any:
-        t = torch.from_numpy(np.ascontiguousarray(array)).to(_DTYPES[dtype])
+        # np.array (not np.ascontiguousarray, which promotes 0-d to 1-d) keeps InputSpec(()) 0-d.
+        t = torch.from_numpy(np.array(array, order="C")).to(_DTYPES[dtype])
         return t.requires_grad_(True) if requires_grad else t
 
     def clone(self, tensor: Any) -> Any:
