@@ -14,6 +14,20 @@ Tolerances:
   rounded up to 1.6e-2.
 * float16 (eps 2^-11 ≈ 4.9e-4): rtol=2e-3, atol=2e-3.
 
+What torch 2.13 does on CPU (repro /tmp/repro/sdpa.py): sdpa picks the CPU flash kernel
+``aten._scaled_dot_product_flash_attention_for_cpu``, which has no DTensor sharding strategy
+(``torch/distributed/tensor/_ops/_matrix_ops.py`` registers only the CUDA flash / efficient /
+cudnn kernels and their backwards). Causal calls fail at once with NotImplementedError; these
+are registered as known failures (they fail in milliseconds). Non-causal forward calls are
+run through the kernel's decomposition instead, op by op: correct but slow (measured 8-19 s
+per case on this 2-core machine, and > 120 s — the case deadline — with an explicit
+attn_mask), so only two mesh-(2,) forward cases are registered, in level 1. Not registered
+because of that cost: bool/float attn_mask cases (timed out at 120 s), (2, 2)-mesh
+batch-dp/heads-tp cases (16-19 s each), heads-uneven on (4,) (18 s). Backward of non-causal
+sdpa needs ``_scaled_dot_product_flash_attention_for_cpu_backward`` (no strategy either) after
+a slow forward, so it is covered by the (fast-failing) causal-with-grad known failure; the
+written-out attention in case_attention.py covers sharded attention gradients.
+
 Backward (``requires_grad=True`` on Q, K, V): the framework optimises ``L = sum <out, G>``
 with fixed standard-normal G, so the expected dQ, dK, dV are single-device autograd's for
 that L; they stay sharded like Q/K/V and are compared gathered.
@@ -27,8 +41,10 @@ MESH2 = (2,)
 MESH4 = (4,)
 MESH_2D = (2, 2)
 DP_TP = ("dp", "tp")
-L0 = ("cpu_level0", "cpu_level1", "npu_level0", "npu_level1")
-L1 = ("cpu_level1", "npu_level1")
+# CPU-only tags: everything here is about torch's CPU sdpa kernels (on NPU sdpa dispatches to
+# other kernels), so these cases carry no npu_* gates.
+L0 = ("cpu_level0", "cpu_level1")
+L1 = ("cpu_level1",)
 REASSOC = CompareSpec.allclose(rtol=1e-5, atol=1e-5)
 BF16 = CompareSpec.allclose(rtol=1.6e-2, atol=1.6e-2)
 FP16 = CompareSpec.allclose(rtol=2e-3, atol=2e-3)
@@ -44,63 +60,41 @@ def sdpa_causal(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-def sdpa_mask(q, k, v, m):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
-
-
-def sdpa_float_mask(q, k, v, m):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
-
-
-def sdpa_scaled(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v, scale=0.25)
-
-
 QKV_SPEC = [InputSpec(QKV), InputSpec(QKV), InputSpec(QKV)]
+NO_CPU_FLASH_STRATEGY = (
+    "sdpa on CPU dispatches to aten._scaled_dot_product_flash_attention_for_cpu (and its _backward), which "
+    "has no DTensor sharding strategy: NotImplementedError 'does not have a sharding strategy registered' "
+    "(torch/distributed/tensor/_ops/_matrix_ops.py covers only the CUDA flash/efficient/cudnn kernels)")
 
-register(OpShardCase(name="sdpa_batch_s0_grad_mesh2", fn=sdpa,
-                     inputs=[InputSpec(QKV, **QKV_G), InputSpec(QKV, **QKV_G), InputSpec(QKV, **QKV_G)],
-                     placements=[(Shard(0),)] * 3, mesh_shape=MESH2, compare=REASSOC, tags=L0))
-register(OpShardCase(name="sdpa_heads_s1_grad_mesh2", fn=sdpa,
-                     inputs=[InputSpec(QKV, **QKV_G), InputSpec(QKV, **QKV_G), InputSpec(QKV, **QKV_G)],
-                     placements=[(Shard(1),)] * 3, mesh_shape=MESH2, compare=REASSOC, tags=L0))
-register(OpShardCase(name="sdpa_causal_batch_s0_mesh4", fn=sdpa_causal, inputs=QKV_SPEC,
-                     placements=[(Shard(0),)] * 3, mesh_shape=MESH4, compare=REASSOC, tags=L0))
-register(OpShardCase(name="sdpa_causal_heads_s1_grad_mesh4", fn=sdpa_causal,
-                     inputs=[InputSpec(QKV, **QKV_G), InputSpec(QKV, **QKV_G), InputSpec(QKV, **QKV_G)],
-                     placements=[(Shard(1),)] * 3, mesh_shape=MESH4, compare=REASSOC, tags=L0))
-register(OpShardCase(name="sdpa_heads_uneven_s1_mesh4", fn=sdpa,
-                     inputs=[InputSpec((2, 6, 8, 8)), InputSpec((2, 6, 8, 8)), InputSpec((2, 6, 8, 8))],
-                     placements=[(Shard(1),)] * 3, mesh_shape=MESH4, compare=REASSOC, tags=L0))
-register(OpShardCase(name="sdpa_bool_mask_batch_s0_mesh2", fn=sdpa_mask,
-                     inputs=QKV_SPEC + [InputSpec((4, 1, 8, 8), dtype="bool",
-                                                  data=[[[[j <= i + b for j in range(8)] for i in range(8)]]
-                                                        for b in range(4)])],
-                     placements=[(Shard(0),)] * 4, mesh_shape=MESH2, compare=REASSOC, tags=L0))
-register(OpShardCase(name="sdpa_float_mask_heads_s1_grad_mesh2", fn=sdpa_float_mask,
-                     inputs=[InputSpec(QKV, **QKV_G), InputSpec(QKV, **QKV_G), InputSpec(QKV, **QKV_G),
-                             InputSpec((8, 8), init="uniform", low=-1.0, high=0.0)],
-                     placements=[(Shard(1),)] * 3 + [(Replicate(),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
-register(OpShardCase(name="sdpa_batch_dp_heads_tp_grad_dp_tp", fn=sdpa,
-                     inputs=[InputSpec(QKV, **QKV_G), InputSpec(QKV, **QKV_G), InputSpec(QKV, **QKV_G)],
-                     placements=[(Shard(0), Shard(1))] * 3, mesh_shape=MESH_2D, mesh_dim_names=DP_TP,
-                     compare=REASSOC, tags=L0))
-register(OpShardCase(name="sdpa_causal_batch_dp_heads_tp_dp_tp", fn=sdpa_causal, inputs=QKV_SPEC,
-                     placements=[(Shard(0), Shard(1))] * 3, mesh_shape=MESH_2D, mesh_dim_names=DP_TP,
-                     compare=REASSOC, tags=L0))
-register(OpShardCase(name="sdpa_scaled_heads_r_dp_tp", fn=sdpa_scaled, inputs=QKV_SPEC,
-                     placements=[(Replicate(), Shard(1))] * 3, mesh_shape=MESH_2D, mesh_dim_names=DP_TP,
-                     compare=REASSOC, tags=L1))
+# Non-causal forward: correct through the decomposition, but ~8 s each (see the docstring).
+register(OpShardCase(name="sdpa_batch_s0_mesh2", fn=sdpa, inputs=QKV_SPEC,
+                     placements=[(Shard(0),)] * 3, mesh_shape=MESH2, compare=REASSOC, tags=L1))
 register(OpShardCase(name="sdpa_bf16_batch_s0_mesh2", fn=sdpa,
                      inputs=[InputSpec(QKV, dtype="bfloat16"), InputSpec(QKV, dtype="bfloat16"),
                              InputSpec(QKV, dtype="bfloat16")],
-                     placements=[(Shard(0),)] * 3, mesh_shape=MESH2, compare=BF16, tags=L0))
+                     placements=[(Shard(0),)] * 3, mesh_shape=MESH2, compare=BF16, tags=L1))
+
+# Causal: the CPU flash kernel is required and has no strategy (fails in milliseconds).
+register(OpShardCase(name="sdpa_causal_batch_s0_mesh2", fn=sdpa_causal, inputs=QKV_SPEC,
+                     placements=[(Shard(0),)] * 3, mesh_shape=MESH2, compare=REASSOC, tags=L0,
+                     known_failure=NO_CPU_FLASH_STRATEGY))
+register(OpShardCase(name="sdpa_causal_batch_s0_mesh4", fn=sdpa_causal, inputs=QKV_SPEC,
+                     placements=[(Shard(0),)] * 3, mesh_shape=MESH4, compare=REASSOC, tags=L1,
+                     known_failure=NO_CPU_FLASH_STRATEGY))
+register(OpShardCase(name="sdpa_causal_heads_s1_grad_mesh4", fn=sdpa_causal,
+                     inputs=[InputSpec(QKV, **QKV_G), InputSpec(QKV, **QKV_G), InputSpec(QKV, **QKV_G)],
+                     placements=[(Shard(1),)] * 3, mesh_shape=MESH4, compare=REASSOC, tags=L0,
+                     known_failure=NO_CPU_FLASH_STRATEGY))
+register(OpShardCase(name="sdpa_causal_batch_dp_heads_tp_dp_tp", fn=sdpa_causal, inputs=QKV_SPEC,
+                     placements=[(Shard(0), Shard(1))] * 3, mesh_shape=MESH_2D, mesh_dim_names=DP_TP,
+                     compare=REASSOC, tags=L0, known_failure=NO_CPU_FLASH_STRATEGY))
 register(OpShardCase(name="sdpa_bf16_causal_heads_s1_mesh4", fn=sdpa_causal,
                      inputs=[InputSpec(QKV, dtype="bfloat16"), InputSpec(QKV, dtype="bfloat16"),
                              InputSpec(QKV, dtype="bfloat16")],
-                     placements=[(Shard(1),)] * 3, mesh_shape=MESH4, compare=BF16, tags=L0))
-register(OpShardCase(name="sdpa_fp16_batch_dp_heads_tp_dp_tp", fn=sdpa,
+                     placements=[(Shard(1),)] * 3, mesh_shape=MESH4, compare=BF16, tags=L1,
+                     known_failure=NO_CPU_FLASH_STRATEGY))
+register(OpShardCase(name="sdpa_fp16_causal_heads_tp_dp_tp", fn=sdpa_causal,
                      inputs=[InputSpec(QKV, dtype="float16"), InputSpec(QKV, dtype="float16"),
                              InputSpec(QKV, dtype="float16")],
-                     placements=[(Shard(0), Shard(1))] * 3, mesh_shape=MESH_2D, mesh_dim_names=DP_TP,
-                     compare=FP16, tags=L0))
+                     placements=[(Replicate(), Shard(1))] * 3, mesh_shape=MESH_2D, mesh_dim_names=DP_TP,
+                     compare=FP16, tags=L1, known_failure=NO_CPU_FLASH_STRATEGY))
