@@ -13,6 +13,7 @@ import argparse
 import faulthandler
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -248,6 +249,10 @@ def run_plan(plan: dict, rank: int, out: _Stream) -> Tuple[ShardBackend, bool]:
     cases, load_errors = _load_cases(plan["cases"])
     backend = load_backend(plan["platform"])
     backend.init(plan["device_kind"], timeout_s=float(plan["case_timeout_s"]) / 2)
+    expected = math.prod(plan["mesh_shape"])
+    if backend.world_size() != expected:  # the launcher's nproc must be prod(mesh_shape) (seed 000 §3.4)
+        raise RuntimeError(f"launch {plan['group_id']} has {backend.world_size()} ranks but its mesh "
+                           f"{tuple(plan['mesh_shape'])} needs {expected}")
     mesh = backend.make_mesh(tuple(plan["mesh_shape"]), tuple(plan["mesh_dim_names"]))
     for sc in plan["cases"]:
         if sc.file in load_errors:
