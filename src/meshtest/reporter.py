@@ -34,6 +34,8 @@ class CaseOutcome:
     slowest_rank: Optional[int] = None
     failures: List[dict] = field(default_factory=list)
     known_failure: str = ""
+    #: directory under ``ranks/`` of the launch that ran the case (``<group>`` or ``<group>.relaunch<k>``)
+    launch_dir: str = ""
 
     def to_json(self) -> dict:
         return dict(self.__dict__)

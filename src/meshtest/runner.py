@@ -11,6 +11,7 @@ Artifacts, under ``artifacts_dir``::
     results.jsonl                  one aggregated outcome per case
     summary.txt                    the report printed on stdout
     junit.xml                      one <testcase> per case (failures name ranks and step)
+    report.html                    files → cases → ranks matrix, linking each rank's log and JSONL
     targets/<file>/                results.jsonl and junit.xml of one case file
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import reporter
 from .errors import SelectionError
+from .html_report import write_html_report
 from .junit import write_junit
 from .launch import LaunchResult, describe_exit, launch, rank_exit_codes, tail
 from .planner import DEFAULT_CASE_TIMEOUT_S, Group, plan_groups, select_cases
@@ -133,7 +135,8 @@ def _interrupted_outcome(case: ScannedCase, group: Group, res: LaunchResult, out
                          "error": f"{why}\n-- last lines of rank{rank}.log:\n{log_tail}"
                                   f"-- last lines of launcher.log:\n{tail(os.path.join(out_dir, 'launcher.log'))}"})
     slowest = max((r["duration_s"] for r in by_rank.values()), default=0.0)
-    return CaseOutcome(case.name, case.file, group.group_id, group.world_size, status, slowest, None, failures)
+    return CaseOutcome(case.name, case.file, group.group_id, group.world_size, status, slowest, None, failures,
+                       launch_dir=os.path.basename(out_dir))
 
 
 def not_run(cases: Sequence[ScannedCase], group: Group, reason: str) -> List[CaseOutcome]:
@@ -168,9 +171,12 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) ->
         notes.append(f"launch {os.path.basename(sub_dir)}: {group.world_size} ranks, {len(remaining)} case(s), "
                      f"{res.wall_s:.1f}s, {describe_exit(res.rc)}" + (", killed at a deadline" if res.timed_out else ""))
         complete = [c for c in remaining if len(res.records.get(c.name, {})) == group.world_size]
+        first_new = len(outcomes)
         outcomes.extend(reporter.aggregate(c.name, c.file, group.group_id, group.world_size, res.records[c.name], "")
                         for c in complete)
         incomplete = [c for c in remaining if c not in complete]
+        for o in outcomes[first_new:]:
+            o.launch_dir = os.path.basename(sub_dir)
         if res.stopped_after:
             outcomes.extend(not_run(incomplete, group, f"not run: fail-fast gate stopped after {res.stopped_after} failed"))
             notes.append(f"fail-fast: stopped after {res.stopped_after} failed; {len(incomplete)} case(s) of "
@@ -243,6 +249,7 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
                 _run_groups(groups, opts, lease, result, emit)
         emit(reporter.summary_lines(result.outcomes, result.notes))
     write_evidence(opts.artifacts_dir, result.outcomes)
+    write_html_report(os.path.join(opts.artifacts_dir, "report.html"), result.outcomes, result.notes)
     return result
 
 

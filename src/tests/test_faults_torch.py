@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from html.parser import HTMLParser
 
 import meshtest
 
@@ -121,3 +122,45 @@ def test_teardown_abort_keeps_results_but_an_abort_before_recording_is_a_crash(t
     t3 = {f["rank"]: f for f in status["t3_abort_before_recording"]["failures"]}
     assert t3[1]["error"].startswith("the rank died (killed by SIGABRT) before recording the case")
     assert proc.returncode == 1  # only because of t3
+
+
+class _Report(HTMLParser):
+    """Collects the case rows of report.html: id → (text, hrefs)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self._row = {}, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "tr" and "case" in (a.get("class") or "").split():
+            self._row = a["id"]
+            self.rows[self._row] = ["", []]
+        elif tag == "a" and self._row:
+            self.rows[self._row][1].append(a["href"])
+
+    def handle_endtag(self, tag):
+        if tag == "tr":
+            self._row = None
+
+    def handle_data(self, data):
+        if self._row:
+            self.rows[self._row][0] += data
+
+
+def test_html_report_shows_failing_ranks_and_links_resolve(tmp_path):
+    path = case_file(tmp_path, "case_faults.py", FAULTS)
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "s")],
+                   capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC_ROOT}, timeout=400)
+    report = _Report()
+    report.feed((out / "report.html").read_text())
+    assert set(report.rows) == {"f1_before", "f2_hang", "f3_after_hang", "f4_crash", "f5_after_crash"}
+    text, links = report.rows["f4_crash"]
+    assert "crash @ run" in text and "the rank died (exit 7)" in text
+    assert any("w2-2.relaunch1/rank1.log" in href for href in links)
+    text, links = report.rows["f2_hang"]
+    assert "timeout @ gather" in text and "timeout @ run" in text
+    all_links = [href for _, hrefs in report.rows.values() for href in hrefs]
+    assert len(all_links) == 5 * 2 * 2  # 5 cases x 2 ranks x (log, jsonl)
+    assert all((out / href).is_file() for href in all_links)

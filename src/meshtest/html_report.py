@@ -1,0 +1,74 @@
+"""Static HTML run report for CI artifact browsing: ``report.html`` in the artifacts directory.
+
+Case files → cases → a ranks matrix. Each case row shows its status, world size, launch group
+and slowest-rank time; each rank cell its status and the step it failed in, and links to that
+rank's log and JSONL (relative links, so the report reads from a CI artifact store or a local
+``dist/`` without a server). Failing cases also show each rank's error. Rendered with Jinja2
+(autoescaped); no scripts, no external assets.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Sequence
+
+from jinja2 import Environment
+
+from .reporter import CaseOutcome, counts
+
+_TEMPLATE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>meshtest report</title>
+<style>
+body{font-family:sans-serif;margin:1.5em} table{border-collapse:collapse;margin-bottom:1.5em}
+td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;font-size:13px}
+.pass,.xfail{background:#d9f2d9} .fail,.error,.crash,.timeout,.missing,.xpass{background:#f8d0d0}
+.not_run{background:#eee} pre{margin:2px 0;white-space:pre-wrap;max-width:70em;font-size:12px}
+</style></head><body>
+<h1>meshtest report</h1>
+<p id="totals">{% for status, n in totals %}<span class="{{ status }}">{{ status }}: {{ n }}</span> {% endfor %}</p>
+{% for note in notes %}<div class="note">{{ note }}</div>{% endfor %}
+{% for file, rows in files %}
+<h2>{{ file }}</h2>
+<table><tr><th>status</th><th>case</th><th>ranks</th><th>launch</th><th>slowest rank s</th>
+{% for r in range(max_ranks) %}<th>rank {{ r }}</th>{% endfor %}</tr>
+{% for row in rows %}
+<tr class="case {{ row.status }}" id="{{ row.case }}"><td>{{ row.status }}</td><td>{{ row.case }}
+{% if row.known_failure %}<br><small>known failure: {{ row.known_failure }}</small>{% endif %}</td>
+<td>{{ row.world_size }}</td><td>{{ row.launch }}</td><td>{{ "%.3f"|format(row.slowest_s) }}</td>
+{% for cell in row.cells %}<td class="rank {{ cell.status }}">{{ cell.status }}{% if cell.step %} @ {{ cell.step }}{% endif %}
+{% if cell.log %}<br><a href="{{ cell.log }}">log</a> <a href="{{ cell.jsonl }}">jsonl</a>{% endif %}
+{% if cell.error %}<pre>{{ cell.error }}</pre>{% endif %}</td>{% endfor %}</tr>
+{% endfor %}</table>
+{% endfor %}
+</body></html>
+"""
+
+
+def _row(o: CaseOutcome, max_ranks: int) -> dict:
+    failed = {f["rank"]: f for f in o.failures}
+    cells = []
+    for rank in range(max_ranks):
+        if rank >= o.world_size:
+            cells.append({"status": "", "step": "", "error": "", "log": "", "jsonl": ""})
+            continue
+        f = failed.get(rank)
+        base = f"ranks/{o.launch_dir}/rank{rank}" if o.launch_dir else ""
+        cells.append({
+            "status": (f["status"] if f else o.status if o.status in ("xfail", "not_run") else "pass"),
+            "step": f["step"] if f else "",
+            "error": "\n".join(f["error"].strip().splitlines()[:12]) if f else "",
+            "log": f"{base}.log" if base else "",
+            "jsonl": f"{base}.jsonl" if base else "",
+        })
+    return {**o.to_json(), "launch": o.launch_dir or o.group, "cells": cells}
+
+
+def write_html_report(path: str, outcomes: Sequence[CaseOutcome], notes: Sequence[str] = ()) -> None:
+    """Render ``outcomes`` to ``path`` (links are relative to the file's directory)."""
+    max_ranks = max((o.world_size for o in outcomes), default=0)
+    files: Dict[str, List[dict]] = {}
+    for o in outcomes:
+        files.setdefault(o.file, []).append(_row(o, max_ranks))
+    html = Environment(autoescape=True).from_string(_TEMPLATE).render(
+        totals=sorted(counts(outcomes).items()), notes=notes, files=sorted(files.items()), max_ranks=max_ranks)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(html)
