@@ -148,10 +148,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv and argv[0] not in ("run", "scan", "count", "-h", "--help"):
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
-    if args.command == "scan":
-        return _cmd_scan(args.files)
-    if args.command == "count":
-        return _cmd_count(args.files)
+    try:
+        if args.command == "scan":
+            return _cmd_scan(args.files)
+        if args.command == "count":
+            return _cmd_count(args.files)
+    except BrokenPipeError:  # `... scan | head`: the reader left; stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     if args.command == "run":
         return _cmd_run(args)
     _parser().print_help()
