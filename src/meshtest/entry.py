@@ -240,6 +240,16 @@ def _run_one(case: OpShardCase, sc: ScannedCase, plan: dict, rank: int, backend:
     return status
 
 
+def _fails_suite(backend: ShardBackend, case: Optional[OpShardCase], status: str) -> bool:
+    """Collective: whether the case's outcome over all ranks fails the suite (every rank gets the
+    same answer). A plain case fails when any rank did not pass; a ``known_failure`` case only
+    when every rank passed (``xpass``), as in :func:`meshtest.reporter.aggregate`."""
+    some_rank_not_passing = backend.any_rank(status != "pass")
+    if case is not None and case.known_failure is not None:
+        return not some_rank_not_passing
+    return some_rank_not_passing
+
+
 def run_plan(plan: dict, rank: int, out: _Stream) -> Tuple[ShardBackend, bool]:
     """Run every case of the plan in order on this rank.
 
@@ -264,9 +274,8 @@ def run_plan(plan: dict, rank: int, out: _Stream) -> Tuple[ShardBackend, bool]:
         if case is not None and status == "error" and not backend.recover_after_failure(timeout_s=float(plan["case_timeout_s"]) / 4):
             log.info("process group failed its health probe after %s errored; giving up this launch", sc.name)
             return backend, True
-        failed = status == "error" if case is None else final_status(case, status) in ("fail", "error", "xpass")
-        if plan.get("fail_fast") and backend.any_rank(failed):
-            log.info("fail-fast gate: stopping after %s failed on some rank", sc.name)
+        if plan.get("fail_fast") and _fails_suite(backend, case, status):
+            log.info("fail-fast gate: stopping after %s failed", sc.name)
             out.emit({"event": "stopped", "after": sc.name})
             break
     out.emit({"event": "rank_done", "rank": rank})

@@ -147,6 +147,10 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
     SIGTERM of the runner — its whole process group is killed afterwards: no rank survives.
     With ``fail_fast`` the ranks stop together after the first case that fails on any rank.
     """
+    if os.path.isdir(out_dir) and os.listdir(out_dir):
+        # A reused --artifacts-dir: ranks append to their files and the watcher reads them from
+        # the start, so an earlier run's lines must not be there. Keep them under another name.
+        os.rename(out_dir, f"{out_dir}.previous-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
     os.makedirs(out_dir, exist_ok=True)
     plan_path = os.path.join(out_dir, "plan.json")
     slot_ids = lease.slots[: group.world_size]

@@ -78,7 +78,8 @@ def format_outcome(o: CaseOutcome) -> str:
     if o.slowest_rank is not None:
         head += f" (slowest rank {o.slowest_rank})"
     if not o.failures or o.status == "xfail":
-        return head + (f"  known failure on rank(s) {','.join(str(f['rank']) for f in o.failures)}" if o.status == "xfail" else "")
+        xfail_ranks = [str(f["rank"]) for f in o.failures if f["status"] == "xfail"]
+        return head + (f"  known failure on rank(s) {','.join(xfail_ranks)}" if o.status == "xfail" else "")
     lines = [head + f"  {o.file}"]
     seen: Dict[tuple, List[int]] = {}
     for f in o.failures:

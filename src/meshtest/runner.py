@@ -27,7 +27,7 @@ from . import reporter
 from .errors import SelectionError
 from .html_report import write_html_report
 from .junit import write_junit
-from .launch import LaunchResult, describe_exit, launch, rank_exit_codes, tail
+from .launch import LaunchResult, RankWatcher, describe_exit, launch, rank_exit_codes, tail
 from .planner import DEFAULT_CASE_TIMEOUT_S, Group, plan_groups, select_cases
 from .reporter import CaseOutcome
 from .scan import FileScan, ScannedCase, scan_case_file
@@ -68,6 +68,8 @@ class RunResult:
     outcomes: List[CaseOutcome]
     notes: List[str] = field(default_factory=list)
     launches: int = 0
+    #: the group being run and its launch directory, while a launch is in flight
+    in_flight: Optional[Tuple[Group, str]] = None
 
     @property
     def ok(self) -> bool:
@@ -137,6 +139,15 @@ def _interrupted_outcome(case: ScannedCase, group: Group, res: LaunchResult, out
     slowest = max((r["duration_s"] for r in by_rank.values()), default=0.0)
     return CaseOutcome(case.name, case.file, group.group_id, group.world_size, status, slowest, None, failures,
                        launch_dir=os.path.basename(out_dir))
+
+
+def _salvage(group: Group, group_dir: str) -> List[CaseOutcome]:
+    """Outcomes of the cases every rank recorded in an interrupted group's first launch."""
+    watcher = RankWatcher(group_dir, group.world_size, time.time())
+    watcher.poll()
+    return [dataclasses.replace(reporter.aggregate(c.name, c.file, group.group_id, group.world_size,
+                                                   watcher.records[c.name], ""), launch_dir=os.path.basename(group_dir))
+            for c in group.cases if len(watcher.records.get(c.name, {})) == group.world_size]
 
 
 def not_run(cases: Sequence[ScannedCase], group: Group, reason: str) -> List[CaseOutcome]:
@@ -237,34 +248,49 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     need = device_need(groups, opts.device_need)
     with open(os.path.join(opts.artifacts_dir, "summary.txt"), "w", encoding="utf-8") as summary:
         emit = lambda lines: reporter.emit(lines, stream, summary)  # noqa: E731
-        emit([f"meshtest: {len(selected)} case(s) selected from {len(files)} file(s) in {len(groups)} launch group(s)"])
-        emit(scan_notes)
-        emit([reporter.format_outcome(o) for o in outcomes])
-        if groups:
-            pool = SlotPool(opts.slot_dir or default_slot_dir(), opts.slots)
-            t0 = time.monotonic()
-            with pool.acquire(need, opts.target or ",".join(files)) as lease:
-                result.notes.append(f"device slots {lease.slots} of {opts.slots} held "
-                                    f"(waited {time.monotonic() - t0:.1f}s; pool {pool.directory})")
-                _run_groups(groups, opts, lease, result, emit)
-        emit(reporter.summary_lines(result.outcomes, result.notes))
-    write_evidence(opts.artifacts_dir, result.outcomes)
-    write_html_report(os.path.join(opts.artifacts_dir, "report.html"), result.outcomes, result.notes)
+        try:
+            emit([f"meshtest: {len(selected)} case(s) selected from {len(files)} file(s) in {len(groups)} launch group(s)"])
+            emit(scan_notes)
+            emit([reporter.format_outcome(o) for o in outcomes])
+            if groups:
+                pool = SlotPool(opts.slot_dir or default_slot_dir(), opts.slots)
+                t0 = time.monotonic()
+                with pool.acquire(need, opts.target or ",".join(files)) as lease:
+                    result.notes.append(f"device slots {lease.slots} of {opts.slots} held "
+                                        f"(waited {time.monotonic() - t0:.1f}s; pool {pool.directory})")
+                    _run_groups(groups, opts, lease, result, emit)
+        except BaseException as e:  # SIGTERM (SystemExit), Ctrl-C: keep what was recorded so far
+            if result.in_flight is not None:
+                salvaged = _salvage(*result.in_flight)
+                result.outcomes.extend(salvaged)
+                emit([reporter.format_outcome(o) for o in salvaged])
+            result.notes.append(f"run interrupted ({type(e).__name__}); results so far are kept")
+            raise
+        finally:
+            emit(reporter.summary_lines(result.outcomes, result.notes))
+            write_evidence(opts.artifacts_dir, result.outcomes)
+            write_html_report(os.path.join(opts.artifacts_dir, "report.html"), result.outcomes, result.notes)
     return result
 
 
 def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, result: RunResult, emit) -> None:
     """Run the groups in order into ``result``; a fail-fast run stops after a failing group."""
+    scan_errors = len(result.outcomes)  # a broken file fails by itself; it does not stop the others
     for gi, group in enumerate(groups):
-        if opts.fail_fast and not result.ok and result.outcomes:
-            skipped = [o for g in groups[gi:] for o in not_run(g.cases, g, "not run: fail-fast gate stopped after a failure")]
+        failed = [o for o in result.outcomes[scan_errors:] if o.status in reporter.FAILING]
+        if opts.fail_fast and failed:
+            reason = f"not run: fail-fast gate stopped after {failed[0].case} ({failed[0].file}) failed"
+            skipped = [o for g in groups[gi:] for o in not_run(g.cases, g, reason)]
             result.outcomes.extend(skipped)
             result.notes.append(f"fail-fast: {len(skipped)} case(s) in {len(groups) - gi} later launch group(s) not run")
             emit([reporter.format_outcome(o) for o in skipped])
             return
         emit([f"-- launch {group.group_id}: mesh {group.mesh_shape} {group.mesh_dim_names}, "
               f"{len(group.cases)} case(s), slots {lease.slots[:group.world_size]}"])
-        group_outcomes, notes, launches = run_group(group, opts, os.path.join(opts.artifacts_dir, "ranks", group.group_id), lease)
+        group_dir = os.path.join(opts.artifacts_dir, "ranks", group.group_id)
+        result.in_flight = (group, group_dir)
+        group_outcomes, notes, launches = run_group(group, opts, group_dir, lease)
+        result.in_flight = None
         result.launches += launches
         result.outcomes.extend(group_outcomes)
         result.notes.extend(notes)

@@ -187,14 +187,16 @@ def audit_stats(records: Sequence[dict], size: Optional[int] = None) -> AuditSta
     """Summarise audit records (dicts as written by :meth:`SlotPool.audit`).
 
     Peak usage is a sweep over acquire (+slots) and release (−slots) events in time order,
-    releases first at equal times. A lease killed without a release record counts as held
-    until the last event of the log.
+    releases first at equal times. A lease whose holder died without a release record counts
+    as held until another lease acquires one of its slots (the kernel freed them by then), or
+    else until the last event of the log.
 
     :param size: pool size; default: the ``size`` recorded in the log.
     """
     size = size or max((r.get("size", 0) for r in records), default=0) or DEFAULT_SLOTS
     start: dict = {}
     waits: dict = {}
+    killed = 0
     wait_times: List[float] = []
     intervals: List[tuple] = []
     for r in sorted(records, key=lambda r: r["t"]):
@@ -202,15 +204,22 @@ def audit_stats(records: Sequence[dict], size: Optional[int] = None) -> AuditSta
         if r["event"] == "wait":
             waits[key] = r["t"]
         elif r["event"] == "acquire":
-            start[key] = (r["t"], len(r["slots"]))
+            # Slots are exclusive: an open lease on any of these slots (a holder killed before its
+            # release record) ended by now at the latest.
+            for other, (t0, slots) in list(start.items()):
+                if set(slots) & set(r["slots"]):
+                    intervals.append((t0, r["t"], len(slots)))
+                    del start[other]
+                    killed += 1
+            start[key] = (r["t"], tuple(r["slots"]))
             if key in waits:
                 wait_times.append(r["t"] - waits.pop(key))
         elif r["event"] == "release" and key in start:
-            t0, n = start.pop(key)
-            intervals.append((t0, r["t"], n))
+            t0, slots = start.pop(key)
+            intervals.append((t0, r["t"], len(slots)))
     end = max((r["t"] for r in records), default=0.0)
-    open_leases = len(start)
-    intervals.extend((t0, end, n) for t0, n in start.values())
+    open_leases = len(start) + killed
+    intervals.extend((t0, end, len(slots)) for t0, slots in start.values())
     events = sorted([(t0, 1, n) for t0, _, n in intervals] + [(t1, 0, -n) for _, t1, n in intervals])
     peak = in_use = 0
     for _, _, delta in events:
@@ -219,10 +228,11 @@ def audit_stats(records: Sequence[dict], size: Optional[int] = None) -> AuditSta
     launches = sum(r["event"] == "launch" for r in records)
     if not intervals:
         return AuditStats(size, 0, 0.0, 0.0, 0, open_leases, 0.0, launches)
+    completed = len(intervals) - open_leases
     span = max(t1 for _, t1, _ in intervals) - min(t0 for t0, _, _ in intervals)
     held = sum((t1 - t0) * n for t0, t1, n in intervals)
     util = held / (size * span) if span > 0 else 0.0
-    return AuditStats(size, peak, util, span, len(intervals) - open_leases, open_leases,
+    return AuditStats(size, peak, util, span, completed, open_leases,
                       sum(wait_times) / len(wait_times) if wait_times else 0.0, launches)
 
 

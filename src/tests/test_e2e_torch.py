@@ -152,3 +152,18 @@ def test_level0_gate_stops_at_the_first_failure_and_says_so(tmp_path):
     assert "fail-fast: stopped after e2e_wrong failed; 1 case(s) of w2-2 not run" in proc.stdout
     assert "meshtest: 1 case(s) not run: the fail-fast (level0) gate stopped at the first failure" in proc.stdout
     assert "meshtest: 1 passed, 1 failed" in proc.stdout
+
+
+def test_fail_fast_is_not_triggered_by_another_files_scan_error_and_reused_dirs_are_kept(tmp_path):
+    good = case_file(tmp_path, "case_good.py", BODY.split("register(OpShardCase(name=\"e2e_wrong\"")[0])
+    broken = case_file(tmp_path, "case_broken.py", "register(OpShardCase(name='b', mesh_shape=make()))\n")
+    env = {**os.environ, "PYTHONPATH": SRC_ROOT}
+    cmd = [sys.executable, "-m", "meshtest", good, broken, "--tag", "cpu_level0", "--artifacts-dir",
+           str(tmp_path / "o"), "--slot-dir", str(tmp_path / "slots")]
+    for _ in range(2):  # the second run reuses the artifacts directory
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "PASS    e2e_add" in proc.stdout and "NOT_RUN" not in proc.stdout
+        assert "case_broken.py: case 'b': rule static-scan" in proc.stdout
+    kept = [p.name for p in (tmp_path / "o" / "ranks").iterdir()]
+    assert "w2-2" in kept and any(name.startswith("w2-2.previous-") for name in kept)

@@ -128,3 +128,23 @@ def test_equal_and_shape_compare():
         return x + y + (1.0 if isinstance(x, Dist) else 0.0)
     assert run_case(_case(noisy, compare=CompareSpec.shape("random")), NumpyBackend(), None)[0] == "pass"
     assert run_case(_case(noisy, compare=CompareSpec.equal()), NumpyBackend(), None)[0] == "fail"
+
+
+class _Ranks(NumpyBackend):
+    """Stand-in whose any_rank answers as if another rank had reported ``others``."""
+
+    def __init__(self, others):
+        self.others = others
+
+    def any_rank(self, flag):
+        return flag or self.others
+
+
+def test_fail_fast_decision_matches_the_aggregate_rule():
+    from meshtest.entry import _fails_suite
+    plain, known = _case(_add), _case(_add, known_failure="torch bug #1")
+    assert _fails_suite(_Ranks(False), plain, "pass") is False
+    assert _fails_suite(_Ranks(True), plain, "pass") is True       # another rank failed
+    assert _fails_suite(_Ranks(False), known, "pass") is True       # xpass on every rank
+    assert _fails_suite(_Ranks(True), known, "pass") is False       # xfail somewhere: expected
+    assert _fails_suite(_Ranks(False), None, "error") is True       # file could not be loaded

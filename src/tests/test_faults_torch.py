@@ -164,3 +164,26 @@ def test_html_report_shows_failing_ranks_and_links_resolve(tmp_path):
     all_links = [href for _, hrefs in report.rows.values() for href in hrefs]
     assert len(all_links) == 5 * 2 * 2  # 5 cases x 2 ranks x (log, jsonl)
     assert all((out / href).is_file() for href in all_links)
+
+
+def test_sigterm_keeps_recorded_results_and_leaves_no_rank(tmp_path):
+    import signal
+    import time
+
+    path = case_file(tmp_path, "case_faults.py", FAULTS)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(out),
+                             "--slot-dir", str(tmp_path / "s")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": SRC_ROOT})
+    rank0 = out / "ranks" / "w2-2" / "rank0.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (rank0.exists() and '"f2_hang"' in rank0.read_text()):
+        time.sleep(0.2)  # f1_before is recorded; rank 1 now loops inside f2_hang
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "run interrupted (SystemExit); results so far are kept" in stdout
+    assert [json.loads(l)["case"] for l in (out / "results.jsonl").read_text().splitlines()] == ["f1_before"]
+    assert (out / "report.html").is_file() and (out / "junit.xml").is_file()
+    assert (out / "ranks" / "w2-2" / "rank1.log").is_file()  # the rank logs stay
+    assert _ranks_alive(str(out)) == []

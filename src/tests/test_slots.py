@@ -110,3 +110,15 @@ def test_audit_stats_peak_and_utilization():
     assert s.peak_in_use == 8  # a's release at t=2 comes before c's acquire at t=2
     assert s.span_s == 4.0
     assert s.utilization == pytest.approx((4 * 2 + 4 * 3 + 2 * 2) / (8 * 4))
+
+
+def test_a_killed_holders_lease_ends_when_its_slots_are_taken_again():
+    recs = [
+        {"t": 0.0, "event": "acquire", "target": "killed", "slots": [0, 1, 2, 3, 4, 5, 6, 7], "pid": 1, "size": 8},
+        {"t": 5.0, "event": "acquire", "target": "next", "slots": [0, 1, 2, 3, 4, 5, 6, 7], "pid": 2, "size": 8},
+        {"t": 9.0, "event": "release", "target": "next", "slots": [0, 1, 2, 3, 4, 5, 6, 7], "pid": 2, "size": 8},
+    ]
+    s = audit_stats(recs)
+    assert s.peak_in_use == 8  # never 16: the kernel freed the killed holder's slots before "next" got them
+    assert (s.leases, s.open_leases) == (1, 1)
+    assert s.utilization == pytest.approx(1.0)
