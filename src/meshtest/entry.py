@@ -1,7 +1,9 @@
 """Rank entry: what every rank process of a launch runs (``python -m meshtest.entry --plan P``).
 
 Per case, in the plan's order (identical on every rank), the pipeline of seed 000 §8.7:
-``build → (derive) → reference → distribute → run → gather → compare``. A case's error is
+``build → (derive) → reference → distribute → run → gather → compare``, then ``backward``
+for cases with ``requires_grad`` inputs (``load`` is reported when the file could not be
+imported). A case's error is
 caught and recorded with the step it happened in; the next case still runs unless the
 health probe finds the process group broken. Each rank writes ``rank<k>.jsonl`` (one result
 line per case, then a ``rank_done`` line once every case is recorded) and ``rank<k>.log``
@@ -35,9 +37,6 @@ from .spec import OpShardCase
 
 log = logging.getLogger("meshtest.rank")
 
-#: Pipeline steps in order; ``load`` is reported for failures before a case starts; ``backward``
-#: (back-propagate and compare input gradients) runs only for cases with ``requires_grad`` inputs.
-STEPS = ("load", "build", "derive", "reference", "distribute", "run", "gather", "compare", "backward")
 
 
 @dataclass

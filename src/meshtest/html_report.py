@@ -8,7 +8,6 @@ rank's log and JSONL (relative links, so the report reads from a CI artifact sto
 """
 from __future__ import annotations
 
-import os
 from typing import Dict, List, Sequence
 
 from jinja2 import Environment

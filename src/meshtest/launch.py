@@ -16,7 +16,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional
 
 from .backend import backend_info
 from .launcher import launch_command
@@ -70,10 +70,6 @@ class LaunchResult:
     records: Dict[str, Dict[int, dict]] = field(default_factory=dict)
     progress: Dict[int, RankProgress] = field(default_factory=dict)
     stopped_after: Optional[str] = None
-
-    @property
-    def ranks_done(self) -> List[int]:
-        return [r for r, p in self.progress.items() if p.done]
 
 
 class RankWatcher:

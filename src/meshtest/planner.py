@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import json
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Sequence, Tuple
 
 from . import rules
 from .errors import SelectionError

@@ -48,9 +48,6 @@ class Registry:
         """Registered cases in registration order, optionally only those of ``file``."""
         return [c for n, c in self._cases.items() if file is None or self._files[n] == file]
 
-    def get(self, name: str) -> OpShardCase:
-        return self._cases[name]
-
 
 _ACTIVE: List[tuple] = []  # stack of (registry, file) while a case file is being imported
 _DEFAULT = Registry()

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import reporter
-from .errors import SelectionError
 from .html_report import write_html_report
 from .junit import write_junit
 from .launch import LaunchResult, RankWatcher, describe_exit, launch, rank_exit_codes, tail

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from meshtest_pants.runner_command import (
     ARTIFACTS_DIR,
