@@ -26,6 +26,9 @@ _EXPORTS = {
     "DerivedSpec": "spec",
     "InputSpec": "spec",
     "OpShardCase": "spec",
+    "ScenarioCase": "spec",
+    "ScenarioContext": "scenario",
+    "FEATURES": "rules",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -34,6 +34,14 @@ Adding a platform — a minimal complete example::
         def any_rank(self, flag): return bool(mf.dist.all_reduce_max(int(flag)))
         def recover_after_failure(self, timeout_s): mf.dist.barrier(); return True
         def shutdown(self): mf.dist.destroy()
+        # Only for scenario cases (optional): what the platform provides, and the names
+        # scenarios use (see scenario_api below).
+        def features(self):
+            return frozenset({"dtensor", "tp.styles"} | ({"tp.no_parallel"} if hasattr(mf.tp, "NoParallel") else set()))
+        def scenario_api(self):
+            import types
+            return types.SimpleNamespace(torch=mf, nn=mf.nn, F=mf.nn.functional,
+                                         ColwiseParallel=mf.tp.ColwiseParallel, ...)
 
     # then register it (before running) with
     register_backend(BackendInfo("myfw", "my_pkg.my_backend:MyBackend", launcher="torchrun"))
@@ -129,6 +137,30 @@ class ShardBackend(ABC):
     @abstractmethod
     def shutdown(self) -> None:
         """Close the distributed runtime."""
+
+    def features(self) -> frozenset:
+        """Platform features this backend provides, from :data:`meshtest.rules.FEATURES`.
+
+        Probe the installed library rather than hard-coding a list, so a newer release that
+        gains a feature runs the cases that need it. A :class:`meshtest.spec.ScenarioCase`
+        requiring a feature missing here is reported ``unsupported`` (default: none).
+        """
+        return frozenset()
+
+    def scenario_api(self) -> Any:
+        """The namespace scenario cases use as ``ctx.api``.
+
+        It carries the spec's names for the features this backend provides — for tensor
+        parallelism ``ColwiseParallel``, ``RowwiseParallel``, ``SequenceParallel``,
+        ``PrepareModuleInput``, ``PrepareModuleOutput``, ``PrepareModuleInputOutput``,
+        ``NoParallel``, ``parallelize_module``; ``Shard``/``Replicate``/``Partial``, ``DTensor``,
+        ``distribute_tensor``; ``CommDebugMode``; ``fully_shard`` — and, as ``torch``, ``nn`` and
+        ``F``, a tensor library with torch's API (what scenarios build modules and inputs
+        with). See :mod:`meshtest.backends.torch_gloo` for the torch platform's namespace.
+
+        :raises NotImplementedError: the platform runs op cases only.
+        """
+        raise NotImplementedError(f"platform {self.platform!r} provides no scenario API; it runs op cases only")
 
 
 @dataclass(frozen=True)

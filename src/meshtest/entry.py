@@ -33,7 +33,8 @@ from .planner import read_plan
 from .proctree import die_with_parent
 from .registry import Registry, check_against_scan, load_case_file
 from .scan import ScannedCase, scan_case_file
-from .spec import OpShardCase
+from .scenario import ScenarioContext
+from .spec import OpShardCase, ScenarioCase
 
 log = logging.getLogger("meshtest.rank")
 
@@ -43,8 +44,9 @@ log = logging.getLogger("meshtest.rank")
 class CaseResult:
     """One rank's result for one case (one JSONL line).
 
-    :ivar status: ``pass``, ``fail`` (comparison), ``error`` (any other exception),
-        ``xfail`` / ``xpass`` (for ``known_failure`` cases), ``not_run`` (launch ended early).
+    :ivar status: ``pass``, ``fail`` (comparison or assertion), ``error`` (any other
+        exception), ``xfail`` / ``xpass`` (for ``known_failure`` cases), ``unsupported`` (a
+        scenario needs a platform feature the backend lacks; ``error`` names it).
     :ivar step: the last step reached (the failing one for fail/error).
     :ivar duration_s: wall-clock seconds of the whole case on this rank.
     """
@@ -58,6 +60,10 @@ class CaseResult:
     duration_s: float
     error: str = ""
     known_failure: str = ""
+    #: scenario notes (``ctx.note``), one per line
+    detail: str = ""
+    #: a scenario's stated divergence from the spec (see ``ScenarioCase.divergence``)
+    divergence: str = ""
 
 
 def _outputs(obj: Any, backend: ShardBackend, what: str) -> Tuple[Any, ...]:
@@ -132,6 +138,31 @@ def run_case(case: OpShardCase, backend: ShardBackend, mesh: Any, on_step=None) 
         return "error", step, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-4)}"
 
 
+def run_scenario(case: ScenarioCase, backend: ShardBackend, mesh: Any, on_step=None) -> Tuple[str, str, str, str]:
+    """Run one scenario on this rank.
+
+    Before anything runs, ``case.requires`` is checked against ``backend.features()``: a
+    missing feature gives ``unsupported`` at step ``features``, naming it.
+
+    :returns: ``(status, step, error, notes)``; status ``pass``/``fail`` (``AssertionError``)/
+        ``error`` (any other exception)/``unsupported``.
+    """
+    missing = [f for f in case.requires if f not in backend.features()]
+    if missing:
+        return ("unsupported", "features",
+                f"unsupported on platform {backend.platform}: missing feature(s) {', '.join(missing)}", "")
+    ctx = ScenarioContext(case=case.name, mesh=mesh, backend=backend, api=backend.scenario_api(), on_step=on_step)
+    log.info("case %s: step run", case.name)
+    ctx.step("run")
+    try:
+        case.fn(ctx)
+        return "pass", ctx.current_step, "", "\n".join(ctx.notes)
+    except AssertionError as e:
+        return "fail", ctx.current_step, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-3)}", "\n".join(ctx.notes)
+    except Exception as e:  # a case's own error must not stop the others
+        return "error", ctx.current_step, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-4)}", "\n".join(ctx.notes)
+
+
 def _compare(backend: ShardBackend, expected: Any, actual: Any, spec, label: str) -> None:
     compare_arrays(backend.to_numpy(expected), backend.to_numpy(actual), backend.dtype_name(expected),
                    backend.dtype_name(actual), spec, label=label)
@@ -168,9 +199,10 @@ def _check_gradients(case: OpShardCase, backend: ShardBackend, expected, gathere
         _compare(backend, ref_grad, backend.local_to_global(dist_grad), spec, f"grad of input {k}")
 
 
-def final_status(case: OpShardCase, status: str) -> str:
-    """Map a raw status through ``known_failure``: fail/error → ``xfail``, pass → ``xpass``."""
-    if case.known_failure is None:
+def final_status(case, status: str) -> str:
+    """Map a raw status through ``known_failure``: fail/error → ``xfail``, pass → ``xpass``
+    (``unsupported`` stays: the case did not run)."""
+    if case.known_failure is None or status == "unsupported":
         return status
     return "xpass" if status == "pass" else "xfail"
 
@@ -222,7 +254,7 @@ class _Stream:
         log.info("case %s: %s at step %s (%.3fs)%s", r.case, r.status, r.step, r.duration_s, f"\n{r.error}" if r.error else "")
 
 
-def _run_one(case: OpShardCase, sc: ScannedCase, plan: dict, rank: int, backend: ShardBackend, mesh: Any,
+def _run_one(case, sc: ScannedCase, plan: dict, rank: int, backend: ShardBackend, mesh: Any,
              out: _Stream) -> str:
     """Run one case under its deadline and record it; returns the raw status."""
     timeout_s = case.timeout_s or float(plan["case_timeout_s"])
@@ -231,22 +263,26 @@ def _run_one(case: OpShardCase, sc: ScannedCase, plan: dict, rank: int, backend:
     # At the deadline every thread's stack goes to this rank's log, before the runner kills the launch.
     faulthandler.dump_traceback_later(timeout_s, exit=False, file=sys.stderr)
     t0 = time.perf_counter()
-    status, step, error = run_case(case, backend, mesh,
-                                   on_step=lambda st: out.emit({"event": "step", "case": case.name, "step": st}))
+    on_step = lambda st: out.emit({"event": "step", "case": case.name, "step": st})  # noqa: E731
+    if isinstance(case, ScenarioCase):
+        status, step, error, detail = run_scenario(case, backend, mesh, on_step)
+    else:
+        (status, step, error), detail = run_case(case, backend, mesh, on_step), ""
     faulthandler.cancel_dump_traceback_later()
     out.record(CaseResult(case.name, sc.file, plan["group_id"], rank, final_status(case, status), step,
-                          time.perf_counter() - t0, error, case.known_failure or ""))
+                          time.perf_counter() - t0, error, case.known_failure or "", detail,
+                          getattr(case, "divergence", None) or ""))
     return status
 
 
 def _fails_suite(backend: ShardBackend, case: Optional[OpShardCase], status: str) -> bool:
     """Collective: whether the case's outcome over all ranks fails the suite (every rank gets the
-    same answer). A plain case fails when any rank did not pass; a ``known_failure`` case only
-    when every rank passed (``xpass``), as in :func:`meshtest.reporter.aggregate`."""
-    some_rank_not_passing = backend.any_rank(status != "pass")
+    same answer). A plain case fails when any rank did not pass (``unsupported`` is not a
+    failure); a ``known_failure`` case only when every rank passed (``xpass``), as in
+    :func:`meshtest.reporter.aggregate`."""
     if case is not None and case.known_failure is not None:
-        return not some_rank_not_passing
-    return some_rank_not_passing
+        return not backend.any_rank(status != "pass")
+    return backend.any_rank(status not in ("pass", "unsupported"))
 
 
 def run_plan(plan: dict, rank: int, out: _Stream) -> Tuple[ShardBackend, bool]:

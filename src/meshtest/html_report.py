@@ -12,7 +12,7 @@ from typing import Dict, List, Sequence
 
 from jinja2 import Environment
 
-from .reporter import CaseOutcome, counts
+from .reporter import CaseOutcome, counts, spec_table
 
 _TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>meshtest report</title>
@@ -20,18 +20,22 @@ _TEMPLATE = """<!doctype html>
 body{font-family:sans-serif;margin:1.5em} table{border-collapse:collapse;margin-bottom:1.5em}
 td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;font-size:13px}
 .pass,.xfail{background:#d9f2d9} .fail,.error,.crash,.timeout,.missing,.xpass{background:#f8d0d0}
-.not_run{background:#eee} pre{margin:2px 0;white-space:pre-wrap;max-width:70em;font-size:12px}
+.not_run{background:#eee} .unsupported{background:#fff3c4} pre{margin:2px 0;white-space:pre-wrap;max-width:70em;font-size:12px}
 </style></head><body>
 <h1>meshtest report</h1>
 <p id="totals">{% for status, n in totals %}<span class="{{ status }}">{{ status }}: {{ n }}</span> {% endfor %}</p>
 {% for note in notes %}<div class="note">{{ note }}</div>{% endfor %}
+{% if spec_lines %}<h2>spec IDs</h2><pre id="spec-table">{{ spec_lines|join("\n") }}</pre>{% endif %}
 {% for file, rows in files %}
 <h2>{{ file }}</h2>
 <table><tr><th>status</th><th>case</th><th>ranks</th><th>launch</th><th>slowest rank s</th>
 {% for r in range(max_ranks) %}<th>rank {{ r }}</th>{% endfor %}</tr>
 {% for row in rows %}
 <tr class="case {{ row.status }}" id="{{ row.case }}"><td>{{ row.status }}</td><td>{{ row.case }}
-{% if row.known_failure %}<br><small>known failure: {{ row.known_failure }}</small>{% endif %}</td>
+{% if row.spec_id %} <small>[{{ row.spec_id }}]</small>{% endif %}
+{% if row.known_failure %}<br><small>known failure: {{ row.known_failure }}</small>{% endif %}
+{% if row.divergence %}<br><small class="divergence">divergence from spec: {{ row.divergence }}</small>{% endif %}
+{% if row.detail %}<pre class="detail">{{ row.detail }}</pre>{% endif %}</td>
 <td>{{ row.world_size }}</td><td>{{ row.launch }}</td><td>{{ "%.3f"|format(row.slowest_s) }}</td>
 {% for cell in row.cells %}<td class="rank {{ cell.status }}">{{ cell.status }}{% if cell.step %} @ {{ cell.step }}{% endif %}
 {% if cell.log %}<br><a href="{{ cell.log }}">log</a> <a href="{{ cell.jsonl }}">jsonl</a>{% endif %}
@@ -52,7 +56,7 @@ def _row(o: CaseOutcome, max_ranks: int) -> dict:
         f = failed.get(rank)
         base = f"ranks/{o.launch_dir}/rank{rank}" if o.launch_dir else ""
         cells.append({
-            "status": (f["status"] if f else o.status if o.status in ("xfail", "not_run") else "pass"),
+            "status": (f["status"] if f else o.status if o.status in ("xfail", "not_run", "unsupported") else "pass"),
             "step": f["step"] if f else "",
             "error": "\n".join(f["error"].strip().splitlines()[:12]) if f else "",
             "log": f"{base}.log" if base else "",
@@ -68,6 +72,7 @@ def write_html_report(path: str, outcomes: Sequence[CaseOutcome], notes: Sequenc
     for o in outcomes:
         files.setdefault(o.file, []).append(_row(o, max_ranks))
     html = Environment(autoescape=True).from_string(_TEMPLATE).render(
-        totals=sorted(counts(outcomes).items()), notes=notes, files=sorted(files.items()), max_ranks=max_ranks)
+        totals=sorted(counts(outcomes).items()), notes=notes, files=sorted(files.items()), max_ranks=max_ranks,
+        spec_lines=spec_table(outcomes))
     with open(path, "w", encoding="utf-8") as f:
         f.write(html)

@@ -3,13 +3,14 @@
 Written with the ``junitparser`` library. A failing case carries a ``<failure>`` (comparison)
 or ``<error>`` (anything else: exception, crash, timeout, missing rank) whose message names
 the ranks and the step, and whose text is the report's detail lines. ``xfail`` cases pass with
-a ``system-out`` note; ``xpass`` is a failure (the known-failure mark must go).
+a ``system-out`` note; ``xpass`` is a failure (the known-failure mark must go); ``unsupported``
+is ``<skipped type="unsupported">`` whose message names the missing platform feature.
 """
 from __future__ import annotations
 
 from typing import Dict, List, Sequence
 
-from junitparser import Error, Failure, JUnitXml, TestCase, TestSuite
+from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
 from .reporter import CaseOutcome, format_outcome
 
@@ -36,6 +37,8 @@ def write_junit(path: str, outcomes: Sequence[CaseOutcome]) -> None:
                 result = Failure(_message(o) if o.status == "fail" else "passed but is marked known_failure", o.status)
                 result.text = format_outcome(o)
                 case.result = [result]
+            elif o.status == "unsupported":
+                case.result = [Skipped(_message(o), "unsupported")]
             elif o.status not in ("pass", "xfail"):
                 result = Error(_message(o), o.status)
                 result.text = format_outcome(o)

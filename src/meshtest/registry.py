@@ -13,28 +13,32 @@ import inspect
 import os
 import sys
 import traceback
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Union
 
 from .errors import CaseDeclarationError, CaseFileError
 from .scan import FileScan, ScannedCase
-from .spec import OpShardCase
+from .spec import OpShardCase, ScenarioCase
+
+#: What a case file may register.
+Case = Union[OpShardCase, ScenarioCase]
 
 
 class Registry:
     """Cases registered while loading one or more case files, keyed by name (unique)."""
 
     def __init__(self) -> None:
-        self._cases: Dict[str, OpShardCase] = {}
+        self._cases: Dict[str, Case] = {}
         self._files: Dict[str, str] = {}
 
-    def add(self, case: OpShardCase, file: str) -> OpShardCase:
+    def add(self, case: Case, file: str) -> Case:
         """Validate and add ``case`` declared in ``file``.
 
         :raises CaseDeclarationError: a rule is broken, or rule ``duplicate-name`` when the name
             is already registered (the message names both files).
         """
-        if not isinstance(case, OpShardCase):
-            raise CaseDeclarationError(file, None, "register", f"register() takes an OpShardCase; got {type(case).__name__}")
+        if not isinstance(case, (OpShardCase, ScenarioCase)):
+            raise CaseDeclarationError(file, None, "register",
+                                       f"register() takes an OpShardCase or a ScenarioCase; got {type(case).__name__}")
         case = case.validated(file)
         if case.name in self._cases:
             raise CaseDeclarationError(
@@ -44,7 +48,7 @@ class Registry:
         self._files[case.name] = file
         return case
 
-    def cases(self, file: Optional[str] = None) -> List[OpShardCase]:
+    def cases(self, file: Optional[str] = None) -> List[Case]:
         """Registered cases in registration order, optionally only those of ``file``."""
         return [c for n, c in self._cases.items() if file is None or self._files[n] == file]
 
@@ -53,7 +57,7 @@ _ACTIVE: List[tuple] = []  # stack of (registry, file) while a case file is bein
 _DEFAULT = Registry()
 
 
-def register(case: OpShardCase) -> OpShardCase:
+def register(case: Case) -> Case:
     """Register ``case`` with the registry of the case file being loaded.
 
     Case files call this at module top level (the static scan requires it). Outside
@@ -115,7 +119,7 @@ def _module_name(path: str) -> str:
     return "meshtest_cases." + "".join(ch if ch.isalnum() else "_" for ch in stem)
 
 
-def load_case_file(path: str, registry: Registry) -> List[OpShardCase]:
+def load_case_file(path: str, registry: Registry) -> List[Case]:
     """Import the case file at ``path`` and return the cases it registered into ``registry``.
 
     :raises CaseDeclarationError: a declaration breaks a rule.
@@ -138,11 +142,11 @@ def load_case_file(path: str, registry: Registry) -> List[OpShardCase]:
     return registry.cases(path)
 
 
-def check_against_scan(scan: FileScan, loaded: List[OpShardCase]) -> None:
+def check_against_scan(scan: FileScan, loaded: List[Case]) -> None:
     """Fail when what ``loaded`` registered differs from what the static scan declared.
 
-    Compares, per case: presence, order, mesh shape, axis names, tags, ``needs_mesh`` and
-    ``solo_launcher``.
+    Compares, per case: presence, order, kind, mesh shape, axis names, tags, ``needs_mesh``,
+    ``solo_launcher``, and a scenario's ``requires`` and ``spec_id``.
 
     :raises CaseFileError: rule ``scan-mismatch``, listing every difference.
     """
@@ -159,6 +163,7 @@ def check_against_scan(scan: FileScan, loaded: List[OpShardCase]) -> None:
         got = ScannedCase(
             file=sc.file, name=case.name, mesh_shape=case.mesh_shape, mesh_dim_names=case.mesh_dim_names,
             tags=case.tags, needs_mesh=case.needs_mesh, solo_launcher=case.solo_launcher, lineno=sc.lineno,
+            kind=case.kind, requires=getattr(case, "requires", ()), spec_id=getattr(case, "spec_id", None),
         )
         if got != sc:
             problems.append(f"case {sc.name!r}: scanned {sc.to_json()} but registered {got.to_json()}")

@@ -4,7 +4,12 @@ A case's outcome over its ranks: ``pass`` when every rank passed; ``fail``/``err
 rank failed or errored (the report lists those ranks, their step and error); ``timeout`` /
 ``crash`` when the launch was killed at the case's deadline or died inside it (the ranks that
 did not finish are named with their step and log tail); ``missing`` when a rank recorded
-nothing; ``xfail`` / ``xpass`` for ``known_failure`` cases.
+nothing; ``xfail`` / ``xpass`` for ``known_failure`` cases; ``unsupported`` when a scenario
+needs a platform feature the platform lacks (listed separately; neither passed nor failed).
+
+When cases carry a test-plan ID (``ScenarioCase.spec_id``), the closing lines include a
+table ID → outcomes (pass / divergence from spec / unsupported on platform / expected
+failure / failing), see :func:`spec_table`.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, TextIO
 
 #: Outcomes that make the run fail.
 FAILING = ("fail", "error", "crash", "missing", "timeout", "xpass")
-_PRECEDENCE = ("crash", "error", "timeout", "missing", "fail", "not_run", "xpass", "xfail", "pass")
+_PRECEDENCE = ("crash", "error", "timeout", "missing", "fail", "not_run", "xpass", "xfail", "unsupported", "pass")
 
 
 @dataclass
@@ -36,6 +41,12 @@ class CaseOutcome:
     known_failure: str = ""
     #: directory under ``ranks/`` of the launch that ran the case (``<group>`` or ``<group>.relaunch<k>``)
     launch_dir: str = ""
+    #: test-plan ID (scenario cases), e.g. ``"A6"``
+    spec_id: str = ""
+    #: the case's stated divergence from the spec (it asserts the platform's behaviour)
+    divergence: str = ""
+    #: notes the case attached (``ctx.note``), from the first rank that wrote any
+    detail: str = ""
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -49,7 +60,10 @@ def aggregate(case: str, file: str, group: str, world_size: int, by_rank: Dict[i
     failures = []
     statuses = set()
     slowest, slowest_rank = 0.0, None
-    known = next((r.get("known_failure", "") for r in by_rank.values() if r.get("known_failure")), "")
+    def first(key: str) -> str:
+        return next((r[key] for _, r in sorted(by_rank.items()) if r.get(key)), "")
+
+    known = first("known_failure")
     for rank in range(world_size):
         rec = by_rank.get(rank)
         if rec is None:
@@ -65,7 +79,8 @@ def aggregate(case: str, file: str, group: str, world_size: int, by_rank: Dict[i
     if status == "xpass" and statuses - {"xpass"}:
         status = "xfail"
     return CaseOutcome(case, file, group, world_size, status, slowest, slowest_rank,
-                       failures if status != "pass" else [], known)
+                       failures if status != "pass" else [], known, divergence=first("divergence"),
+                       detail=first("detail"))
 
 
 def _first_line(text: str) -> str:
@@ -74,12 +89,17 @@ def _first_line(text: str) -> str:
 
 def format_outcome(o: CaseOutcome) -> str:
     """One report line; for failures, further indented lines per distinct (step, error)."""
-    head = f"{o.status.upper():<8}{o.case}  [w{o.world_size} {o.group}]  {o.slowest_s:.3f}s"
+    head = f"{o.status.upper():<7} {o.case}  [w{o.world_size} {o.group}]  {o.slowest_s:.3f}s"
     if o.slowest_rank is not None:
         head += f" (slowest rank {o.slowest_rank})"
+    if o.status == "unsupported":
+        return head + "  " + _first_line(o.failures[0]["error"] if o.failures else "unsupported")
     if not o.failures or o.status == "xfail":
         xfail_ranks = [str(f["rank"]) for f in o.failures if f["status"] == "xfail"]
-        return head + (f"  known failure on rank(s) {','.join(xfail_ranks)}" if o.status == "xfail" else "")
+        head += f"  known failure on rank(s) {','.join(xfail_ranks)}" if o.status == "xfail" else ""
+        if o.divergence and o.status == "pass":
+            head += "  (divergence from spec)"
+        return head + "".join(f"\n          note: {ln}" for ln in o.detail.splitlines())
     lines = [head + f"  {o.file}"]
     seen: Dict[tuple, List[int]] = {}
     for f in o.failures:
@@ -109,12 +129,80 @@ def summary_lines(outcomes: Sequence[CaseOutcome], notes: Iterable[str] = ()) ->
         lines.append("known failures (the platform is wrong; reported, never hidden):")
         lines.extend(f"  {o.status.upper():6} {o.case}: {o.known_failure}"
                      + ("  <- passes now: remove known_failure" if o.status == "xpass" else "") for o in expected)
+    unsupported = [o for o in outcomes if o.status == "unsupported"]
+    if unsupported:
+        lines.append(f"unsupported on platform ({len(unsupported)}; not run, never counted as passed):")
+        lines.extend(f"  {o.case}: {_first_line(o.failures[0]['error']) if o.failures else ''}" for o in unsupported)
+    divergent = [o for o in outcomes if o.divergence and o.status == "pass"]
+    if divergent:
+        lines.append(f"divergences from spec ({len(divergent)}; each case asserts the platform's actual behaviour):")
+        lines.extend(f"  {o.case}: {o.divergence}" for o in divergent)
+    lines.extend(spec_table(outcomes))
     lines.append("meshtest outcomes: " + (", ".join(f"{k}={v}" for k, v in sorted(c.items())) or "no cases"))
     passed = c.get("pass", 0) + c.get("xfail", 0)
     failed = sum(c.get(s, 0) for s in FAILING)
     if c.get("not_run"):
         lines.append(f"meshtest: {c['not_run']} case(s) not run: the fail-fast (level0) gate stopped at the first failure")
+    if c.get("unsupported"):
+        lines.append(f"meshtest: {c['unsupported']} case(s) unsupported on platform (listed above)")
     lines.append(f"meshtest: {passed} passed, {failed} failed")
+    return lines
+
+
+def spec_label(o: CaseOutcome) -> str:
+    """An outcome as the spec table names it: ``pass``, ``divergence``, ``unsupported-on-platform``,
+    ``expected-failure``, or the failing status in capitals."""
+    if o.status == "pass":
+        return "divergence" if o.divergence else "pass"
+    if o.status == "unsupported":
+        return "unsupported-on-platform"
+    if o.status == "xfail":
+        return "expected-failure"
+    return o.status.upper()
+
+
+def _id_key(spec_id: str) -> tuple:
+    head = spec_id.rstrip("0123456789")
+    tail = spec_id[len(head):]
+    return (head, int(tail) if tail else -1, spec_id)
+
+
+def spec_table(outcomes: Sequence[CaseOutcome]) -> List[str]:
+    """Lines of the table test-plan ID → outcomes of its cases (empty when no case has an ID).
+
+    One line per ID, in ID order (``A2`` before ``A10``): each distinct label of
+    :func:`spec_label` with its count, then the reason for labels that have one (missing
+    feature, divergence, known failure). Closed by a count per label over IDs, where an ID
+    counts under its worst label (failing > unsupported > expected failure > divergence > pass).
+    """
+    by_id: Dict[str, List[CaseOutcome]] = {}
+    for o in outcomes:
+        if o.spec_id:
+            by_id.setdefault(o.spec_id, []).append(o)
+    if not by_id:
+        return []
+    lines = [f"spec ID table ({len(by_id)} IDs):"]
+    order = ("pass", "divergence", "expected-failure", "unsupported-on-platform")
+    worst: Dict[str, int] = {}
+    for spec_id in sorted(by_id, key=_id_key):
+        items = by_id[spec_id]
+        labels: Dict[str, int] = {}
+        reasons: List[str] = []
+        for o in items:
+            label = spec_label(o)
+            labels[label] = labels.get(label, 0) + 1
+            if label == "divergence":
+                reasons.append(f"{o.case}: {o.divergence}")
+            elif label == "expected-failure":
+                reasons.append(f"{o.case}: {o.known_failure}")
+            elif label != "pass":
+                reasons.append(f"{o.case}: {_first_line(o.failures[0]['error']) if o.failures else label}")
+        text = ", ".join(f"{k} x{v}" for k, v in sorted(labels.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else -1))
+        lines.append(f"  {spec_id:<5} {text}")
+        lines.extend(f"        {r}" for r in dict.fromkeys(reasons))
+        bad = sorted(labels, key=lambda k: order.index(k) if k in order else 99)[-1]
+        worst[bad] = worst.get(bad, 0) + 1
+    lines.append("spec IDs by outcome: " + ", ".join(f"{k}={v}" for k, v in sorted(worst.items())))
     return lines
 
 

@@ -160,6 +160,56 @@ def check_placements(
     return tuple(out)
 
 
+#: Platform features a scenario case may require (``ScenarioCase.requires``). A platform's
+#: backend declares the ones it provides (:meth:`meshtest.backend.ShardBackend.features`); a
+#: case needing one it lacks is reported ``unsupported`` naming the feature, never passed.
+FEATURES = {
+    "dtensor": "DeviceMesh, DTensor, distribute_tensor, redistribute, Shard/Replicate/Partial",
+    "tp.styles": "ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput, "
+                 "PrepareModuleOutput, PrepareModuleInputOutput and parallelize_module (seed 003 §5)",
+    "tp.no_parallel": "the NoParallel style (seed 003 §5.2)",
+    "tp.reduce_dtype": "reduce_dtype= on RowwiseParallel and PrepareModuleOutput (seed 003 §4.4)",
+    "comm_debug_mode": "counting collectives per kind while a block runs (CommDebugMode)",
+    "fsdp2": "fully_shard over a DeviceMesh (FSDP2)",
+    "loss_parallel": "cross-entropy on a vocabulary-sharded logits DTensor (loss_parallel)",
+}
+
+_FEATURE_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
+_SPEC_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def check_requires(file: str, case: str, requires: Any) -> Tuple[str, ...]:
+    """Rule ``feature``: ``requires`` is a tuple of names from :data:`FEATURES`."""
+    if isinstance(requires, str) or not isinstance(requires, (tuple, list)):
+        raise CaseDeclarationError(
+            file, case, "feature", f"requires must be a tuple of feature names such as ('tp.styles',); got {requires!r}"
+        )
+    for f in requires:
+        if not isinstance(f, str) or not _FEATURE_RE.match(f) or f not in FEATURES:
+            raise CaseDeclarationError(
+                file, case, "feature", f"unknown platform feature {f!r}; known features are {', '.join(sorted(FEATURES))}"
+            )
+    return tuple(requires)
+
+
+def check_spec_id(file: str, case: str, spec_id: Any) -> Optional[str]:
+    """Rule ``spec-id``: ``None`` or the ID of the test-plan item the case implements, e.g. ``"A6"``."""
+    if spec_id is None:
+        return None
+    if not isinstance(spec_id, str) or not _SPEC_ID_RE.match(spec_id):
+        raise CaseDeclarationError(
+            file, case, "spec-id", f"spec_id must be a short ID of letters, digits and _.- such as 'A6'; got {spec_id!r}"
+        )
+    return spec_id
+
+
+def check_reason(file: str, case: str, field: str, value: Any) -> Optional[str]:
+    """Rule ``reason``: ``None`` or a non-empty text (``known_failure``, ``divergence``)."""
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise CaseDeclarationError(file, case, "reason", f"{field} must be a non-empty reason string; got {value!r}")
+    return value
+
+
 def world_size(mesh_shape: Sequence[int]) -> int:
     """Number of ranks a mesh needs: ``prod(mesh_shape)`` (seed 000 §3.4)."""
     return math.prod(mesh_shape)

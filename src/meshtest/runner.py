@@ -266,6 +266,9 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             result.notes.append(f"run interrupted ({type(e).__name__}); results so far are kept")
             raise
         finally:
+            ids = {c.name: c.spec_id for c in cases if c.spec_id}
+            for o in result.outcomes:
+                o.spec_id = ids.get(o.case, o.spec_id)
             emit(reporter.summary_lines(result.outcomes, result.notes))
             write_evidence(opts.artifacts_dir, result.outcomes)
             write_html_report(os.path.join(opts.artifacts_dir, "report.html"), result.outcomes, result.notes)

@@ -5,7 +5,8 @@ case files, so the planning process stays light (no torch import) and Pants can 
 tags inside its own process. The ranks later import the files and check what registered
 against this scan (:func:`meshtest.registry.check_against_scan`): there is one case list.
 
-What the scan accepts (rule ``static-scan``): ``register(OpShardCase(...))`` and
+What the scan accepts (rule ``static-scan``): ``register(OpShardCase(...))``,
+``register(ScenarioCase(...))`` (also reading ``requires`` and ``spec_id``) and
 ``register_sweep(...)`` calls as top-level statements of the module, with keyword arguments.
 For a sweep, the input shapes (``InputSpec((4, 8), ...)`` or ``shape=``) and the sweep's own
 options are read too, and :func:`meshtest.sweep.plan_sweep` derives its cases. ``name``, ``mesh_shape``,
@@ -26,11 +27,12 @@ from . import rules
 from .errors import CaseDeclarationError
 
 #: Constructors whose calls inside ``register(...)`` declare cases.
-CASE_CONSTRUCTORS = ("OpShardCase",)
+CASE_CONSTRUCTORS = ("OpShardCase", "ScenarioCase")
 #: Registration functions the scan understands, as top-level statements.
 REGISTER_CALLS = ("register", "register_sweep")
 _SCANNED_FIELDS = ("name", "mesh_shape", "mesh_dim_names", "tags", "needs_mesh", "solo_launcher")
 _SWEEP_FIELDS = _SCANNED_FIELDS + ("partial_inputs", "partial_ops", "max_partial_inputs")
+_SCENARIO_FIELDS = ("name", "mesh_shape", "mesh_dim_names", "tags", "solo_launcher", "requires", "spec_id")
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,12 @@ class ScannedCase:
     needs_mesh: bool
     solo_launcher: bool
     lineno: int
+    #: ``"op"`` (:class:`meshtest.spec.OpShardCase`) or ``"scenario"`` (``ScenarioCase``)
+    kind: str = "op"
+    #: platform features a scenario requires
+    requires: Tuple[str, ...] = ()
+    #: test-plan ID the case implements, e.g. ``"A6"``
+    spec_id: Optional[str] = None
 
     @property
     def world_size(self) -> int:
@@ -62,6 +70,9 @@ class ScannedCase:
             "needs_mesh": self.needs_mesh,
             "solo_launcher": self.solo_launcher,
             "lineno": self.lineno,
+            "kind": self.kind,
+            "requires": list(self.requires),
+            "spec_id": self.spec_id,
         }
 
     @staticmethod
@@ -76,6 +87,9 @@ class ScannedCase:
             needs_mesh=bool(d["needs_mesh"]),
             solo_launcher=bool(d["solo_launcher"]),
             lineno=int(d["lineno"]),
+            kind=d.get("kind", "op"),
+            requires=tuple(d.get("requires", ())),
+            spec_id=d.get("spec_id"),
         )
 
 
@@ -221,6 +235,10 @@ def _scan_register_call(path: str, call: ast.Call, literals: Dict[str, object]) 
             path, None, "static-scan",
             f"register() argument must be written as {' or '.join(CASE_CONSTRUCTORS)}(...) directly",
         )
+    if _callee_name(ctor.func) == "ScenarioCase":
+        kw, values, name, mesh_shape = _keyword_call(path, ctor, _SCENARIO_FIELDS, literals, "ScenarioCase")
+        values["needs_mesh"] = True
+        return _scanned(path, name, mesh_shape, values, lineno, kind="scenario")
     kw, values, name, mesh_shape = _keyword_call(path, ctor, _SCANNED_FIELDS, literals, "OpShardCase")
     _check_placement_shapes(path, name, mesh_shape, kw)
     return _scanned(path, name, mesh_shape, values, lineno)
@@ -236,7 +254,8 @@ def _keyword_call(path: str, call: ast.Call, fields: Sequence[str], literals: Di
     return kw, values, name, rules.check_mesh_shape(path, name, values["mesh_shape"])
 
 
-def _scanned(path: str, name: str, mesh_shape: Tuple[int, ...], values: Dict[str, object], lineno: int) -> ScannedCase:
+def _scanned(path: str, name: str, mesh_shape: Tuple[int, ...], values: Dict[str, object], lineno: int,
+             kind: str = "op") -> ScannedCase:
     return ScannedCase(
         file=path,
         name=name,
@@ -246,6 +265,9 @@ def _scanned(path: str, name: str, mesh_shape: Tuple[int, ...], values: Dict[str
         needs_mesh=rules.check_flag(path, name, "needs_mesh", values.get("needs_mesh", False)),
         solo_launcher=rules.check_flag(path, name, "solo_launcher", values.get("solo_launcher", False)),
         lineno=lineno,
+        kind=kind,
+        requires=rules.check_requires(path, name, values.get("requires", ())),
+        spec_id=rules.check_spec_id(path, name, values.get("spec_id")),
     )
 
 

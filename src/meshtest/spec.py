@@ -231,6 +231,8 @@ class OpShardCase:
     grad_compare: Optional[CompareSpec] = None
     timeout_s: Optional[float] = None
 
+    kind = "op"
+
     @property
     def needs_grad(self) -> bool:
         """Whether the backward step runs (some input has ``requires_grad``)."""
@@ -285,9 +287,7 @@ class OpShardCase:
                     file, name, "compare-outputs", f"compare_outputs must be a non-empty tuple of indices >= 0; got {outs!r}"
                 )
             outs = tuple(outs)
-        if self.timeout_s is not None and (isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float))
-                                           or self.timeout_s <= 0):
-            raise CaseDeclarationError(file, name, "timeout", f"timeout_s must be a number of seconds > 0; got {self.timeout_s!r}")
+        _check_timeout(file, name, self.timeout_s)
         if self.known_failure is not None and (not isinstance(self.known_failure, str) or not self.known_failure.strip()):
             raise CaseDeclarationError(file, name, "known-failure", "known_failure must be a non-empty reason string")
         return dataclasses.replace(
@@ -306,3 +306,85 @@ class OpShardCase:
     def input_seed(self, index: int) -> int:
         """Default seed of input ``index``: ``crc32(f"{name}:{index}")`` (stable across runs and ranks)."""
         return zlib.crc32(f"{self.name}:{index}".encode())
+
+
+@dataclass(frozen=True)
+class ScenarioCase:
+    """A scenario case: a function run on every rank of a named mesh, asserting inside.
+
+    For tests that are not "one op, full inputs, compare": build a module, apply a
+    parallelisation plan, inspect parameters, check the errors raised, count collectives, run
+    forward and backward. Registered, scanned, tagged, planned into launches and reported per
+    rank exactly like :class:`OpShardCase`.
+
+    :param name: unique across all case files.
+    :param fn: ``fn(ctx)`` with ``ctx`` a :class:`meshtest.scenario.ScenarioContext` (the mesh,
+        the backend, this rank, the platform's API namespace, ``step``/``note``/``assert_close``).
+        Returning normally is a pass; ``AssertionError`` (including a failed
+        ``ctx.assert_close``) is ``fail``; any other exception is ``error`` at the current step.
+    :param mesh_shape: mesh shape; the launch has ``prod(mesh_shape)`` ranks.
+    :param mesh_dim_names: real axis names (default ``d0, d1, ...``); kept, since a scenario
+        reads them (``mesh["tp"]``), so only scenarios and ``needs_mesh`` cases with the same
+        names share a launch.
+    :param tags: gate tags from :data:`meshtest.rules.GATE_TAGS`.
+    :param requires: platform features the scenario needs (names in
+        :data:`meshtest.rules.FEATURES`). On a platform that lacks one, the case is reported
+        ``unsupported`` naming the missing features: counted and listed separately, never a pass.
+    :param spec_id: ID of the test-plan item the case implements (e.g. ``"A6"`` of seed 003
+        §8.2); reports print a table by ID.
+    :param divergence: set when the platform's behaviour differs from the spec's expectation
+        and the case asserts the platform's actual, documented behaviour instead. Text states
+        both behaviours; a passing case is reported ``pass`` and listed as a divergence.
+    :param known_failure: as :class:`OpShardCase` (xfail / xpass).
+    :param solo_launcher: run in a launch of its own.
+    :param timeout_s: the case deadline in seconds, as :class:`OpShardCase`.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    mesh_shape: Tuple[int, ...]
+    mesh_dim_names: Optional[Tuple[str, ...]] = None
+    tags: Tuple[str, ...] = ()
+    requires: Tuple[str, ...] = ()
+    spec_id: Optional[str] = None
+    divergence: Optional[str] = None
+    known_failure: Optional[str] = None
+    solo_launcher: bool = False
+    timeout_s: Optional[float] = None
+
+    #: scenarios always get the real mesh (and keep their axis names when planned)
+    needs_mesh = True
+    kind = "scenario"
+
+    @property
+    def world_size(self) -> int:
+        """Ranks needed: ``prod(mesh_shape)``."""
+        return rules.world_size(self.mesh_shape)
+
+    def validated(self, file: str) -> "ScenarioCase":
+        """Check every declaration rule; return a normalised copy.
+
+        :raises CaseDeclarationError: naming ``file``, this case and the broken rule.
+        """
+        name = rules.check_name(file, self.name)
+        if not callable(self.fn):
+            raise CaseDeclarationError(file, name, "fn", f"fn must be callable as fn(ctx); got {self.fn!r}")
+        mesh_shape = rules.check_mesh_shape(file, name, self.mesh_shape)
+        _check_timeout(file, name, self.timeout_s)
+        return dataclasses.replace(
+            self,
+            mesh_shape=mesh_shape,
+            mesh_dim_names=rules.check_mesh_dim_names(file, name, mesh_shape, self.mesh_dim_names),
+            tags=rules.check_tags(file, name, self.tags),
+            requires=rules.check_requires(file, name, self.requires),
+            spec_id=rules.check_spec_id(file, name, self.spec_id),
+            divergence=rules.check_reason(file, name, "divergence", self.divergence),
+            known_failure=rules.check_reason(file, name, "known_failure", self.known_failure),
+            solo_launcher=rules.check_flag(file, name, "solo_launcher", self.solo_launcher),
+        )
+
+
+def _check_timeout(file: str, name: str, timeout_s: Any) -> None:
+    """Rule ``timeout``: ``None`` or a number of seconds > 0."""
+    if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0):
+        raise CaseDeclarationError(file, name, "timeout", f"timeout_s must be a number of seconds > 0; got {timeout_s!r}")

@@ -6,6 +6,8 @@ Uses torch's public DTensor API as the system under test: ``init_device_mesh``,
 from __future__ import annotations
 
 import datetime
+import inspect
+import types
 from typing import Any, Sequence, Tuple
 
 import numpy as np
@@ -114,3 +116,49 @@ class TorchGlooBackend(ShardBackend):
     def shutdown(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+    def features(self) -> frozenset:
+        """Probed from the installed torch (see :data:`meshtest.rules.FEATURES`)."""
+        import torch.distributed.tensor.parallel as tp
+
+        found = {"dtensor"}
+        styles = ("ColwiseParallel", "RowwiseParallel", "SequenceParallel", "PrepareModuleInput",
+                  "PrepareModuleOutput", "PrepareModuleInputOutput", "parallelize_module")
+        if all(hasattr(tp, n) for n in styles):
+            found.add("tp.styles")
+        if hasattr(tp, "NoParallel"):
+            found.add("tp.no_parallel")
+        if all("reduce_dtype" in inspect.signature(getattr(tp, n)).parameters
+               for n in ("RowwiseParallel", "PrepareModuleOutput") if hasattr(tp, n)):
+            found.add("tp.reduce_dtype")
+        if hasattr(tp, "loss_parallel"):
+            found.add("loss_parallel")
+        try:
+            from torch.distributed.tensor.debug import CommDebugMode  # noqa: F401
+            found.add("comm_debug_mode")
+        except ImportError:
+            pass
+        try:
+            from torch.distributed.fsdp import fully_shard  # noqa: F401
+            found.add("fsdp2")
+        except ImportError:
+            pass
+        return frozenset(found)
+
+    def scenario_api(self) -> Any:
+        """torch's names for the spec's concepts; a missing one (e.g. ``NoParallel`` in torch
+        2.13) is ``None`` and the features say so."""
+        import torch.distributed.tensor as dt
+        import torch.distributed.tensor.parallel as tp
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor.debug import CommDebugMode
+
+        names = ("ColwiseParallel", "RowwiseParallel", "SequenceParallel", "PrepareModuleInput",
+                 "PrepareModuleOutput", "PrepareModuleInputOutput", "NoParallel", "ParallelStyle",
+                 "parallelize_module", "loss_parallel")
+        api = {n: getattr(tp, n, None) for n in names}
+        api.update(torch=torch, nn=torch.nn, F=torch.nn.functional, dist=dist, DTensor=dt.DTensor,
+                   Shard=dt.Shard, Replicate=dt.Replicate, Partial=dt.Partial,
+                   distribute_tensor=dt.distribute_tensor, init_device_mesh=init_device_mesh,
+                   CommDebugMode=CommDebugMode, fully_shard=fully_shard, funcol=torch.distributed._functional_collectives)
+        return types.SimpleNamespace(**api)

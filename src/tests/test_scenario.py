@@ -1,0 +1,156 @@
+"""Scenario cases end to end on the platform-free side: declaration rules, static scan, the
+scan check, the rank-side runner (features → unsupported, assertions → fail, other errors →
+error, steps and notes), aggregation, the spec-ID table and JUnit."""
+from __future__ import annotations
+
+import pytest
+from junitparser import JUnitXml
+
+from meshtest import CaseDeclarationError, ScenarioCase
+from meshtest.entry import final_status, run_scenario
+from meshtest.errors import CaseFileError
+from meshtest.junit import write_junit
+from meshtest.registry import check_against_scan
+from meshtest.reporter import aggregate, spec_table, summary_lines
+from meshtest.scan import scan_case_source
+
+from .test_entry_pipeline import NumpyBackend
+
+SOURCE = '''
+from meshtest import ScenarioCase, register
+MESH = (2,)
+def f(ctx):
+    pass
+register(ScenarioCase(name="tp_A1_x", fn=f, mesh_shape=MESH, mesh_dim_names=("tp",), tags=("cpu_level0",),
+                      requires=("tp.styles", "comm_debug_mode"), spec_id="A1"))
+'''
+
+
+class FeatureBackend(NumpyBackend):
+    platform = "numpy"
+
+    def __init__(self, features=()):
+        self._features = frozenset(features)
+
+    def features(self):
+        return self._features
+
+    def scenario_api(self):
+        return {"api": True}
+
+
+def _scenario(fn=lambda ctx: None, **kw):
+    base = dict(name="s", fn=fn, mesh_shape=(1,), tags=("cpu_level0",))
+    base.update(kw)
+    return ScenarioCase(**base).validated("f.py")
+
+
+def test_scan_reads_scenario_fields():
+    scan = scan_case_source("f.py", SOURCE)
+    assert scan.error is None
+    (c,) = scan.cases
+    assert (c.kind, c.requires, c.spec_id, c.needs_mesh, c.mesh_dim_names) == (
+        "scenario", ("tp.styles", "comm_debug_mode"), "A1", True, ("tp",))
+    assert scan.target_tags() == ("cpu_level0", "mesh:2")
+
+
+def test_scan_rejects_unknown_feature_naming_file_case_rule():
+    scan = scan_case_source("f.py", SOURCE.replace('"comm_debug_mode"', '"tp.magic"'))
+    assert scan.cases == ()
+    assert "f.py" in scan.error and "tp_A1_x" in scan.error and "rule feature" in scan.error and "tp.magic" in scan.error
+
+
+def test_scan_rejects_non_literal_requires():
+    scan = scan_case_source("f.py", SOURCE.replace('requires=("tp.styles", "comm_debug_mode")', "requires=make()"))
+    assert "rule static-scan" in scan.error and "requires=" in scan.error
+
+
+@pytest.mark.parametrize("field,value,rule", [
+    ("requires", "tp.styles", "feature"),
+    ("spec_id", "A 1", "spec-id"),
+    ("divergence", "  ", "reason"),
+    ("timeout_s", 0, "timeout"),
+    ("fn", None, "fn"),
+])
+def test_declaration_rules(field, value, rule):
+    with pytest.raises(CaseDeclarationError) as e:
+        _scenario(**{"fn": lambda ctx: None, field: value})
+    assert f"rule {rule}" in str(e.value) and "f.py" in str(e.value)
+
+
+def test_check_against_scan_catches_a_requires_drift():
+    scan = scan_case_source("f.py", SOURCE)
+    loaded = [ScenarioCase(name="tp_A1_x", fn=lambda c: None, mesh_shape=(2,), mesh_dim_names=("tp",),
+                           tags=("cpu_level0",), requires=("tp.styles",), spec_id="A1").validated("f.py")]
+    with pytest.raises(CaseFileError) as e:
+        check_against_scan(scan, loaded)
+    assert "scan-mismatch" in str(e.value) and "requires" in str(e.value)
+
+
+def test_missing_feature_is_unsupported_and_the_fn_never_runs():
+    ran = []
+    case = _scenario(lambda ctx: ran.append(1), requires=("tp.styles", "tp.no_parallel"), known_failure="bug")
+    status, step, error, _ = run_scenario(case, FeatureBackend({"tp.styles"}), None)
+    assert (status, step, ran) == ("unsupported", "features", [])
+    assert "unsupported on platform numpy" in error and "tp.no_parallel" in error and "tp.styles" not in error
+    assert final_status(case, status) == "unsupported"  # never turned into xfail
+
+
+def test_scenario_steps_notes_and_outcomes():
+    def body(ctx):
+        assert ctx.api == {"api": True} and ctx.rank == 0 and ctx.world_size == 1
+        ctx.step("forward")
+        ctx.note("max error 1e-7")
+        ctx.assert_close(ctx.backend.make_tensor([1.0, 2.0], "float32"),
+                         ctx.backend.make_tensor([1.0, 2.5], "float32"), rtol=0, atol=0.1, label="out")
+
+    steps = []
+    status, step, error, notes = run_scenario(_scenario(body), FeatureBackend(), None, on_step=steps.append)
+    assert (status, step, notes, steps) == ("fail", "forward", "max error 1e-7", ["run", "forward"])
+    assert "out (rank 0)" in error
+
+    def boom(ctx):
+        ctx.step("apply")
+        raise RuntimeError("kaput")
+
+    status, step, error, _ = run_scenario(_scenario(boom), FeatureBackend(), None)
+    assert (status, step) == ("error", "apply") and "RuntimeError: kaput" in error
+    assert run_scenario(_scenario(lambda ctx: None), FeatureBackend(), None)[:2] == ("pass", "run")
+
+
+def _rec(status, **kw):
+    base = {"status": status, "step": "run", "duration_s": 0.1, "error": "", "known_failure": ""}
+    base.update(kw)
+    return base
+
+
+def test_spec_table_counts_and_reasons(tmp_path):
+    miss = "unsupported on platform torch: missing feature(s) tp.no_parallel"
+    outs = [
+        aggregate("a1", "f.py", "g", 2, {0: _rec("pass"), 1: _rec("pass")}, ""),
+        aggregate("a2", "f.py", "g", 2, {0: _rec("pass", divergence="seed: X; torch: Y"), 1: _rec("pass")}, ""),
+        aggregate("b6", "f.py", "g", 2, {r: _rec("unsupported", step="features", error=miss) for r in (0, 1)}, ""),
+        aggregate("c2", "f.py", "g", 2, {r: _rec("xfail", known_failure="torch bug") for r in (0, 1)}, ""),
+        aggregate("c10", "f.py", "g", 2, {0: _rec("fail", error="AssertionError: off"), 1: _rec("pass")}, ""),
+    ]
+    for o, sid in zip(outs, ("A1", "A2", "B6", "C2", "C10")):
+        o.spec_id = sid
+    table = spec_table(outs)
+    text = "\n".join(table)
+    assert [ln.split()[0] for ln in table[1:] if ln.startswith("  ") and not ln.startswith("   ")] == \
+        ["A1", "A2", "B6", "C2", "C10"]
+    assert "A2    divergence x1" in text and "seed: X; torch: Y" in text
+    assert "unsupported-on-platform x1" in text and "tp.no_parallel" in text
+    assert "expected-failure x1" in text and "torch bug" in text
+    assert "C10   FAIL x1" in text
+    assert table[-1] == ("spec IDs by outcome: FAIL=1, divergence=1, expected-failure=1, pass=1, "
+                         "unsupported-on-platform=1")
+    lines = summary_lines(outs)
+    assert "meshtest: 1 case(s) unsupported on platform (listed above)" in lines
+    assert lines[-1] == "meshtest: 3 passed, 1 failed"  # pass, divergence (pass) and xfail; unsupported is neither
+
+    path = tmp_path / "junit.xml"
+    write_junit(str(path), outs)
+    cases = {c.name: c for suite in JUnitXml.fromfile(str(path)) for c in suite}
+    (skip,) = cases["b6"].result
+    assert skip.type == "unsupported" and "tp.no_parallel" in skip.message
