@@ -8,6 +8,7 @@ Examples::
     MESHTEST_CASE_FILTER='sort_*,topk_*' python -m meshtest cases/torch/case_sort.py
     python -m meshtest scan cases/torch/case_sort.py            # static scan as JSON
     python -m meshtest count cases/torch/*.py                   # cases by family, mesh, gate
+    python -m meshtest ids cases/torch/tp/seed003_ids.txt cases/torch/tp/*.py   # every test-plan ID covered?
 """
 from __future__ import annotations
 
@@ -64,7 +65,26 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("files", nargs="+")
     c = sub.add_parser("count", help="count registered cases by family (file), mesh and gate")
     c.add_argument("files", nargs="+")
+    i = sub.add_parser("ids", help="check that every ID of a test-plan manifest has cases (spec_id=) and no case names an unknown ID")
+    i.add_argument("manifest", help="file with one 'ID<TAB>feature' line per test-plan item")
+    i.add_argument("files", nargs="+")
     return ap
+
+
+def _cmd_ids(manifest: str, files: Sequence[str]) -> int:
+    from .specids import coverage, format_coverage, read_manifest
+
+    scans = [scan_case_file(f) for f in files]
+    broken = [s for s in scans if s.error]
+    for s in broken:
+        print(f"{s.path}: scan failed:\n{s.error}", file=sys.stderr)
+    try:
+        cov = coverage(read_manifest(manifest), scans)
+    except (OSError, ValueError) as e:
+        print(f"meshtest: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(format_coverage(cov)))
+    return 0 if cov.ok and not broken else 1
 
 
 def _cmd_scan(files: Sequence[str]) -> int:
@@ -145,7 +165,7 @@ def _exit_on_sigterm(signum, frame):
 def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("run", "scan", "count", "-h", "--help"):
+    if argv and argv[0] not in ("run", "scan", "count", "ids", "-h", "--help"):
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
     try:
@@ -153,6 +173,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _cmd_scan(args.files)
         if args.command == "count":
             return _cmd_count(args.files)
+        if args.command == "ids":
+            return _cmd_ids(args.manifest, args.files)
     except BrokenPipeError:  # `... scan | head`: the reader left; stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
