@@ -1,0 +1,279 @@
+"""The run report as a browser shows it: the targets index (tools/report_index.py) and a test
+run's report.html (meshtest.html_report), opened in a real headless Chromium.
+
+The test builds an artifacts tree as ``./pants test`` leaves it under ``dist/test/`` (two test
+runs, one with a failing case on a 2-rank launch, with real rank logs and JSONL), writes the
+index with the tool's CLI, and asserts on the DOM Chromium rendered (``--dump-dom``): the
+failing case shows rank 1 with its step and error, the index lists the failing target first,
+and every link in both pages resolves to a file. Screenshots go to ``extra-output/`` (Pants
+copies it to ``dist/test/src.tests.test_report_chromium.py/``).
+
+Chromium is Debian's ``chromium`` package; ``.ci/run`` installs it. Without a binary the test
+skips, except under ``CI=true`` where it fails (src/tests/BUILD passes ``CI`` through Pants).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Dict, List, Optional
+from urllib.parse import unquote, urldefrag
+
+import pytest
+
+from meshtest.html_report import write_html_report
+from meshtest.junit import write_junit
+from meshtest.reporter import CaseOutcome, summary_lines, write_results
+
+#: tools/report_index.py, found from this file: src/tests/ → the repository (or Pants sandbox) root.
+REPORT_INDEX = Path(os.path.abspath(__file__)).parents[2] / "tools" / "report_index.py"
+#: Names on PATH, then absolute paths (a Pants test process need not get the caller's PATH).
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/lib/chromium/chromium",
+                  "/usr/bin/google-chrome", "/usr/bin/google-chrome-stable", "/snap/bin/chromium")
+#: Debian's /usr/bin/chromium is a shell script that runs grep, uname, find, ...
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+CHROMIUM_TIMEOUT_S = 60
+SCREENSHOT_DIR = Path("extra-output")  # relative to the cwd: the sandbox root under Pants
+
+FAILING_TARGET = "cases.torch.case_faulty.py+1"  # a batch: named after its first file
+PASSING_TARGET = "cases.torch.case_sort.py"
+COMPARE_ERROR = ("AssertionError: Tensor-likes are not close!\n"
+                 "Mismatched elements: 3 / 8 (37.5%)\n"
+                 "expected placements <Shard(dim=0)> & got <Replicate()>")
+
+
+def _search_path() -> str:
+    return os.pathsep.join(p for p in (os.environ.get("PATH", ""), SYSTEM_PATH) if p)
+
+
+def find_chromium(names=CHROMIUM_NAMES, paths=CHROMIUM_PATHS) -> Optional[str]:
+    for name in names:
+        found = shutil.which(name, path=_search_path())
+        if found:
+            return found
+    return next((p for p in paths if os.path.isfile(p) and os.access(p, os.X_OK)), None)
+
+
+def chromium_or_skip(binary: Optional[str]) -> str:
+    """``binary``, or fail under ``CI=true`` (a CI run must not pass without the browser test)
+    or skip elsewhere."""
+    if binary:
+        return binary
+    message = ("no Chromium binary (looked for " + ", ".join(CHROMIUM_NAMES) + " on PATH and "
+               + ", ".join(CHROMIUM_PATHS) + "); .ci/run installs Debian's chromium package "
+               "(apt-get install --no-install-recommends chromium)")
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail("CI=true: " + message, pytrace=False)
+    pytest.skip(message)
+
+
+class Chromium:
+    """Headless runs of one binary, each with a fresh profile and HOME under ``tmp``."""
+
+    def __init__(self, binary: str, tmp: Path):
+        self.binary, self.tmp, self.runs = binary, tmp, 0
+        self.home = tmp / "home"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.env = {**os.environ, "HOME": str(self.home), "PATH": _search_path(),
+                    "XDG_CONFIG_HOME": str(self.home / ".config"), "XDG_CACHE_HOME": str(self.home / ".cache")}
+
+    def run(self, *args: str) -> subprocess.CompletedProcess:
+        self.runs += 1
+        profile = self.tmp / f"profile{self.runs}"
+        cmd = [self.binary, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}", *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=CHROMIUM_TIMEOUT_S)
+        assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+        return proc
+
+    def dom(self, page: Path) -> str:
+        """The DOM after Chromium loaded and rendered ``page``, serialized."""
+        return self.run("--dump-dom", page.as_uri()).stdout
+
+    def screenshot(self, page: Path, png: Path) -> None:
+        png.parent.mkdir(parents=True, exist_ok=True)
+        if png.exists():
+            png.unlink()
+        self.run(f"--screenshot={png.resolve()}", "--window-size=1400,900", page.as_uri())
+
+
+class Tables(HTMLParser):
+    """Every table row of a page: row attributes and cells (class, text, hrefs), plus every
+    href and element id on the page."""
+
+    def __init__(self, dom: str):
+        super().__init__()
+        self.rows: List[dict] = []
+        self.hrefs: List[str] = []
+        self.ids: List[str] = []
+        self._cell: Optional[dict] = None
+        self.feed(dom)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.append(a["id"])
+        if tag == "tr":
+            self.rows.append({"id": a.get("id", ""), "class": (a.get("class") or "").split(), "cells": []})
+        elif tag in ("td", "th") and self.rows:
+            self._cell = {"tag": tag, "class": (a.get("class") or "").split(), "text": "", "hrefs": []}
+            self.rows[-1]["cells"].append(self._cell)
+        elif tag == "a" and a.get("href"):
+            self.hrefs.append(a["href"])
+            if self._cell is not None:
+                self._cell["hrefs"].append(a["href"])
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th", "tr"):
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell["text"] += data
+
+    def row(self, row_id: str) -> Dict[str, dict]:
+        """The row ``row_id`` as {column header: cell} (headers from the row's table's first row)."""
+        idx = next(i for i, r in enumerate(self.rows) if r["id"] == row_id)
+        header = next(r for r in reversed(self.rows[:idx]) if r["cells"] and r["cells"][0]["tag"] == "th")
+        return dict(zip((c["text"].strip() for c in header["cells"]), self.rows[idx]["cells"]))
+
+
+def _rank_files(run_dir: Path, launch: str, world_size: int, cases: List[CaseOutcome]) -> None:
+    """rank<k>.log / rank<k>.jsonl as a launch writes them: a line per case and step."""
+    d = run_dir / "ranks" / launch
+    d.mkdir(parents=True)
+    for rank in range(world_size):
+        log, jsonl = [f"rank{rank} group {launch}: {len(cases)} case(s), mesh [{world_size}] ['d0']"], []
+        for o in cases:
+            failure = next((f for f in o.failures if f["rank"] == rank), None)
+            steps = ["build", "derive", "reference", "distribute", "run", "gather", "compare"]
+            jsonl.append({"event": "start", "case": o.case, "t": 1795970064.9, "timeout_s": 120.0})
+            for step in steps[: steps.index(failure["step"]) + 1] if failure else steps:
+                log.append(f"rank{rank} case {o.case}: step {step}")
+                jsonl.append({"event": "step", "case": o.case, "step": step})
+            status = failure["status"] if failure else "pass"
+            log.append(f"rank{rank} case {o.case}: {status}" + (f"\n{failure['error']}" if failure else ""))
+            jsonl.append({"event": "result", "case": o.case, "status": status, "duration_s": o.slowest_s,
+                          "step": failure["step"] if failure else "", "error": failure["error"] if failure else ""})
+        (d / f"rank{rank}.log").write_text("\n".join(log) + "\n")
+        (d / f"rank{rank}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in jsonl))
+
+
+def _test_run(root: Path, name: str, outcomes: List[CaseOutcome]) -> Path:
+    """One test run's directory as meshtest's runner leaves it under dist/test/."""
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    launches: Dict[str, List[CaseOutcome]] = {}
+    for o in outcomes:
+        launches.setdefault(o.launch_dir, []).append(o)
+    for launch, cases in launches.items():
+        _rank_files(run_dir, launch, cases[0].world_size, cases)
+    write_results(str(run_dir / "results.jsonl"), outcomes)
+    write_junit(str(run_dir / "junit.xml"), outcomes)
+    (run_dir / "summary.txt").write_text("\n".join(summary_lines(outcomes)) + "\n")
+    write_html_report(str(run_dir / "report.html"), outcomes, notes=["launches: w2-2 (2 ranks, 1 launch)"])
+    return run_dir
+
+
+def _artifacts(root: Path) -> None:
+    faulty = "cases/torch/case_faulty.py"
+    _test_run(root, FAILING_TARGET, [
+        CaseOutcome("allgather_mesh2", faulty, "w2-2", 2, "pass", slowest_s=0.21, slowest_rank=0, launch_dir="w2-2"),
+        CaseOutcome("allreduce_sum_mesh2", faulty, "w2-2", 2, "fail", slowest_s=0.84, slowest_rank=1, launch_dir="w2-2",
+                    failures=[{"rank": 1, "status": "fail", "step": "compare", "error": COMPARE_ERROR}]),
+    ])
+    _test_run(root, PASSING_TARGET, [
+        CaseOutcome("sort_s0_mesh2", "cases/torch/case_sort.py", "w2-2", 2, "pass", slowest_s=0.35, slowest_rank=1,
+                    launch_dir="w2-2"),
+    ])
+    # a Pants test's extra output: no results.jsonl, so not a test run of the index
+    (root / "src.tests.test_scan.py").mkdir()
+    (root / "src.tests.test_scan.py" / "notes.txt").write_text("not a test run\n")
+
+
+def _assert_links_resolve(page: Path, parsed: Tables, ids_of: Dict[Path, List[str]]) -> int:
+    """Every href of ``page`` names an existing file (relative to the page); a fragment names
+    an element id of that file. Returns how many links were checked."""
+    for href in parsed.hrefs:
+        url, fragment = urldefrag(href)
+        assert "://" not in url and not url.startswith("/"), f"{page.name}: not a relative link: {href}"
+        target = (page.parent / unquote(url)).resolve()
+        assert target.is_file(), f"{page.name}: link {href} -> {target} does not exist"
+        if fragment:
+            ids = ids_of.setdefault(target, Tables(target.read_text(encoding="utf-8")).ids)
+            assert unquote(fragment) in ids, f"{page.name}: link {href}: no element id {unquote(fragment)!r}"
+    return len(parsed.hrefs)
+
+
+def _assert_png(png: Path, width: int, height: int) -> None:
+    data = png.read_bytes()
+    assert len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n", f"{png} is not a PNG ({len(data)} bytes)"
+    assert (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")) == (width, height)
+
+
+def test_report_and_index_in_headless_chromium(tmp_path):
+    chromium = Chromium(chromium_or_skip(find_chromium()), tmp_path / "chromium")
+    root = tmp_path / "dist" / "test"
+    _artifacts(root)
+    proc = subprocess.run([sys.executable, str(REPORT_INDEX), str(root)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    index = root / "index.html"
+    assert str(index.resolve()) in proc.stdout
+    report = root / FAILING_TARGET / "report.html"
+
+    # the failing run's report: cases -> ranks matrix, as rendered
+    dom = chromium.dom(report)
+    assert "<tbody>" in dom, "not a DOM serialization (Chromium inserts tbody)"
+    page = Tables(dom)
+    row = page.row("allreduce_sum_mesh2")
+    assert row["status"]["text"].strip() == "fail" and row["ranks"]["text"].strip() == "2"
+    assert row["launch"]["text"].strip() == "w2-2" and row["slowest rank s"]["text"].strip() == "0.840"
+    rank0, rank1 = row["rank 0"], row["rank 1"]
+    assert rank0["class"] == ["rank", "pass"] and rank0["text"].strip().startswith("pass")
+    assert rank1["class"] == ["rank", "fail"] and "fail @ compare" in rank1["text"]
+    for line in COMPARE_ERROR.splitlines():  # the error, escaped in the source, reads as text
+        assert line in rank1["text"]
+    assert rank1["hrefs"] == ["ranks/w2-2/rank1.log", "ranks/w2-2/rank1.jsonl"]
+    assert "compare" in (report.parent / rank1["hrefs"][0]).read_text()
+    passing = page.row("allgather_mesh2")
+    assert passing["status"]["text"].strip() == "pass"
+    assert [c["class"] for c in (passing["rank 0"], passing["rank 1"])] == [["rank", "pass"]] * 2
+    ids_of: Dict[Path, List[str]] = {}
+    assert _assert_links_resolve(report, page, ids_of) == 2 * 2 * 2  # 2 cases x 2 ranks x (log, jsonl)
+
+    # the index: targets, the failing one first, linking to each run's report
+    index_page = Tables(chromium.dom(index))
+    targets = [r for r in index_page.rows if "target" in r["class"]]
+    assert [r["id"] for r in targets] == [f"target-{FAILING_TARGET}", f"target-{PASSING_TARGET}"]
+    assert ["failing" in targets[0]["class"], "failing" in targets[1]["class"]] == [True, False]
+    failing = index_page.row(f"target-{FAILING_TARGET}")
+    assert failing["target"]["text"].strip() == FAILING_TARGET
+    assert failing["target"]["hrefs"] == [f"{FAILING_TARGET}/report.html"]
+    assert (failing["pass"]["text"], failing["fail"]["text"], failing["cases"]["text"]) == ("1", "1", "2")
+    assert failing["failing cases"]["hrefs"] == [f"{FAILING_TARGET}/report.html#allreduce_sum_mesh2"]
+    assert "allreduce_sum_mesh2" in failing["slowest case"]["text"] and "0.840 s, rank 1" in failing["slowest case"]["text"]
+    passing = index_page.row(f"target-{PASSING_TARGET}")
+    assert passing["target"]["hrefs"] == [f"{PASSING_TARGET}/report.html"]
+    assert (passing["pass"]["text"], passing["fail"]["text"], passing["failing cases"]["text"]) == ("1", "0", "")
+    assert "src.tests.test_scan.py" not in "".join(index_page.ids)
+    assert _assert_links_resolve(index, index_page, ids_of) >= 2 + 2 + 2 * 3  # reports, slowest/failing cases, files
+
+    # screenshots, kept as test artifacts
+    shots = {"report-chromium.png": report, "index-chromium.png": index}
+    for name, source in shots.items():
+        chromium.screenshot(source, SCREENSHOT_DIR / name)
+        _assert_png(SCREENSHOT_DIR / name, 1400, 900)
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_missing_chromium_fails_under_ci_else_skips(monkeypatch, ci):
+    monkeypatch.setenv("CI", ci)
+    assert find_chromium(names=("meshtest-no-such-browser",), paths=("/nonexistent/chromium",)) is None
+    outcome = pytest.fail.Exception if ci else pytest.skip.Exception
+    with pytest.raises(outcome, match=r"\.ci/run installs Debian's chromium"):
+        chromium_or_skip(None)
