@@ -138,6 +138,18 @@ class ShardBackend(ABC):
     def shutdown(self) -> None:
         """Close the distributed runtime."""
 
+    def case_fence(self, timeout_s: float) -> bool:
+        """Collective run by every rank after every case: returns once all ranks finished it.
+
+        Keeps one rank's skipped or extra collective inside the case that caused it (instead
+        of pairing with a peer's next case) and, after an error, is the health probe.
+        Default: :meth:`recover_after_failure`. Prefer a barrier that names absent ranks.
+
+        :returns: ``False`` when some rank did not arrive within ``timeout_s`` seconds or the
+            process group is broken (the launch then ends and the rest is relaunched).
+        """
+        return self.recover_after_failure(timeout_s)
+
     def features(self) -> frozenset:
         """Platform features this backend provides, from :data:`meshtest.rules.FEATURES`.
 

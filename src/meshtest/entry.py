@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .backend import ShardBackend, load_backend
 from .compare import CompareError, compare_arrays
 from .errors import CaseFileError, MeshtestError
-from .planner import read_plan
+from .planner import GAVE_UP_EXIT, read_plan
 from .proctree import die_with_parent
 from .registry import Registry, check_against_scan, load_case_file
 from .scan import ScannedCase, scan_case_file
@@ -254,10 +254,15 @@ class _Stream:
         log.info("case %s: %s at step %s (%.3fs)%s", r.case, r.status, r.step, r.duration_s, f"\n{r.error}" if r.error else "")
 
 
+def _deadline(case, plan: dict) -> float:
+    """A case's deadline in seconds: its ``timeout_s``, else the run's ``--case-timeout``."""
+    return float(getattr(case, "timeout_s", None) or plan["case_timeout_s"])
+
+
 def _run_one(case, sc: ScannedCase, plan: dict, rank: int, backend: ShardBackend, mesh: Any,
              out: _Stream) -> str:
     """Run one case under its deadline and record it; returns the raw status."""
-    timeout_s = case.timeout_s or float(plan["case_timeout_s"])
+    timeout_s = _deadline(case, plan)
     out.emit({"event": "start", "case": case.name, "t": time.time(), "timeout_s": timeout_s})
     log.info("case %s: start (deadline %.0fs)", case.name, timeout_s)
     # At the deadline every thread's stack goes to this rank's log, before the runner kills the launch.
@@ -288,8 +293,12 @@ def _fails_suite(backend: ShardBackend, case: Optional[OpShardCase], status: str
 def run_plan(plan: dict, rank: int, out: _Stream) -> Tuple[ShardBackend, bool]:
     """Run every case of the plan in order on this rank.
 
-    :returns: (backend, broken) — ``broken`` when the process group failed its health probe
-        after an error, and the remaining cases were left for a fresh launch.
+    After each case every rank passes :meth:`ShardBackend.case_fence` (after an error with a
+    quarter of the run's case timeout: the health probe).
+
+    :returns: (backend, broken) — ``broken`` when the fence failed (a peer did not reach the end
+        of the case, or the process group is broken), and the remaining cases were left for a
+        fresh launch.
     """
     cases, load_errors = _load_cases(plan["cases"])
     backend = load_backend(plan["platform"])
@@ -306,8 +315,14 @@ def run_plan(plan: dict, rank: int, out: _Stream) -> Tuple[ShardBackend, bool]:
         else:
             case = cases[sc.name]
             status = _run_one(case, sc, plan, rank, backend, mesh, out)
-        if case is not None and status == "error" and not backend.recover_after_failure(timeout_s=float(plan["case_timeout_s"]) / 4):
-            log.info("process group failed its health probe after %s errored; giving up this launch", sc.name)
+        # Every rank, after every case: a bounded barrier. A rank that skipped a collective
+        # waits here instead of pairing with its peers' next case; after an error the short
+        # timeout is the health probe that decides between continuing and a fresh launch.
+        fence_s = float(plan["case_timeout_s"]) / 4 if status == "error" else _deadline(case, plan)
+        out.emit({"event": "fence", "case": sc.name, "timeout_s": fence_s})
+        if not backend.case_fence(timeout_s=fence_s):
+            log.info("case %s: not every rank reached its end within %.0fs (after %s here); giving up this launch",
+                     sc.name, fence_s, status)
             return backend, True
         if plan.get("fail_fast") and _fails_suite(backend, case, status):
             log.info("fail-fast gate: stopping after %s failed", sc.name)
@@ -342,7 +357,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.stderr.flush()
     # Skip interpreter teardown: gloo's threads can abort the process during static
     # destruction after all work is done (see WORKSPACE-notes.md, "teardown aborts").
-    os._exit(3 if broken else 0)
+    os._exit(GAVE_UP_EXIT if broken else 0)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,9 @@ from .slots import SlotLease
 LAUNCH_OVERHEAD_S = 120.0
 #: Seconds between a case's deadline (when each rank dumps its stacks) and the kill.
 DUMP_GRACE_S = 3.0
+#: Seconds beyond a rank's end-of-case fence timeout before the watcher judges it stuck (the
+#: fence's own timeout normally ends it first: the rank then gives up the launch).
+FENCE_SLACK_S = 10.0
 #: Poll interval of the watcher, in seconds.
 POLL_S = 0.2
 #: Variable that tells a launch's ranks which devices they own, per device kind. On CPU,
@@ -49,6 +52,8 @@ class RankProgress:
     step: Optional[str] = None
     deadline: float = 0.0
     done: bool = False
+    #: the case whose end-of-case fence the rank waits in (its result is recorded)
+    fence: Optional[str] = None
     offset: int = 0
     partial: str = ""
 
@@ -109,10 +114,13 @@ class RankWatcher:
         now = time.time()
         event = rec.get("event")
         if event == "start":
-            prog.case, prog.step = rec["case"], "build"
+            prog.case, prog.step, prog.fence = rec["case"], "build", None
             prog.deadline = rec["t"] + rec["timeout_s"] + DUMP_GRACE_S
         elif event == "step":
             prog.step = rec["step"]
+        elif event == "fence":  # recorded its result; waits for the other ranks to finish the case
+            prog.fence = rec["case"]
+            prog.deadline = now + float(rec["timeout_s"]) + DUMP_GRACE_S + FENCE_SLACK_S
         elif event == "stopped":
             self.stopped_after = rec["after"]
         elif event == "rank_done":
@@ -120,7 +128,7 @@ class RankWatcher:
             prog.deadline = now + LAUNCH_OVERHEAD_S
         elif event is None and "case" in rec:
             self.records.setdefault(rec["case"], {})[rank] = rec
-            prog.case, prog.step = None, None
+            prog.case, prog.step, prog.fence = None, None, None
             prog.deadline = now + LAUNCH_OVERHEAD_S
 
     def overdue(self, now: float) -> bool:

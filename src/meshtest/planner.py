@@ -21,6 +21,9 @@ PLAN_VERSION = 1
 #: Default deadline of one case, in seconds (a launch's deadline is the sum over its cases
 #: plus the runner's launch overhead). The process group timeout is half of it.
 DEFAULT_CASE_TIMEOUT_S = 120.0
+#: Exit code of a rank that gave up its launch (end-of-case fence failed); the runner relaunches
+#: the cases not yet recorded by every rank.
+GAVE_UP_EXIT = 3
 
 
 def normalised_dim_names(ndim: int) -> Tuple[str, ...]:

@@ -27,7 +27,7 @@ from . import reporter
 from .html_report import write_html_report
 from .junit import write_junit
 from .launch import LaunchResult, RankWatcher, describe_exit, launch, rank_exit_codes, tail
-from .planner import DEFAULT_CASE_TIMEOUT_S, Group, plan_groups, select_cases
+from .planner import DEFAULT_CASE_TIMEOUT_S, GAVE_UP_EXIT, Group, plan_groups, select_cases
 from .reporter import CaseOutcome
 from .scan import FileScan, ScannedCase, scan_case_file
 from .slots import DEFAULT_SLOTS, SlotLease, SlotPool, SlotRequestError
@@ -119,13 +119,21 @@ def _interrupted_outcome(case: ScannedCase, group: Group, res: LaunchResult, out
     failures = []
     for rank in range(group.world_size):
         rec = by_rank.get(rank)
+        prog = res.progress.get(rank)
         if rec is not None:
             if rec["status"] != "pass":
                 failures.append({"rank": rank, "status": rec["status"], "step": rec["step"], "error": rec["error"]})
+            elif prog is not None and prog.fence == case.name:
+                failures.append({"rank": rank, "status": "waited", "step": "fence", "error": (
+                    f"finished the case ({rec['status']}) and waited at its end for the other ranks: "
+                    "a collective one rank skipped, added or reordered leaves the others blocked")})
             continue
-        prog = res.progress.get(rank)
         step = prog.step if prog is not None and prog.case == case.name else "not started"
-        if res.timed_out:
+        if rank in exits and exits[rank] == GAVE_UP_EXIT:
+            why = (f"the rank left the launch (exit {GAVE_UP_EXIT}) after its end-of-case fence failed"
+                   + (f" at the end of {prog.fence}" if prog is not None and prog.fence else "")
+                   + ": a peer did not finish a case or the process group broke")
+        elif res.timed_out:
             why = "did not finish before the case deadline; the launch was killed"
         elif rank in exits:
             why = f"the rank died ({describe_exit(exits[rank])}) before recording the case"
@@ -205,7 +213,7 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) ->
             why = f"{culprit.name} ended its launch ({outcomes[-1].status})"
         elif complete:
             remaining = incomplete  # the ranks stopped between cases: relaunch the rest
-            why = "the process group failed its health probe after an error"
+            why = "a rank's end-of-case fence failed (the health probe after an error, or a peer that did not finish)"
         else:
             outcomes.extend(_interrupted_outcome(c, group, res, sub_dir) for c in incomplete)
             break

@@ -1,7 +1,6 @@
-"""Fault injection through torchrun + gloo: a hang and a rank crash lose no result, no later
-case, no rank process and no device slot (~40 s on 2 cores).
-
-The fault cases live here, not under cases/, so no gate ever selects them.
+"""Fault injection through torchrun + gloo, with the package cases/faults/ (tagged
+``cpu_faults``, which no gate selects): every fault is reported with its status, ranks and
+steps; the cases after it still run; no rank process and no device slot leaks (~60 s on 2 cores).
 """
 from __future__ import annotations
 
@@ -11,37 +10,12 @@ import subprocess
 import sys
 from html.parser import HTMLParser
 
+import pytest
+
 import meshtest
 
-from tests.helpers import case_file
-
 SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
-
-FAULTS = """
-import os
-import torch
-import torch.distributed as dist
-
-def ok(x):
-    return x * 2.0
-
-def hang_on_rank1(x):
-    if hasattr(x, "placements") and dist.get_rank() == 1:
-        while True:  # never returns: the case deadline must catch it
-            pass
-    return x * 2.0
-
-def exit_on_rank1(x):
-    if hasattr(x, "placements") and dist.get_rank() == 1:
-        os._exit(7)
-    return x * 2.0
-
-register(OpShardCase(name="f1_before", fn=ok, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",)))
-register(OpShardCase(name="f2_hang", fn=hang_on_rank1, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",), timeout_s=6))
-register(OpShardCase(name="f3_after_hang", fn=ok, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",)))
-register(OpShardCase(name="f4_crash", fn=exit_on_rank1, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",)))
-register(OpShardCase(name="f5_after_crash", fn=ok, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",)))
-"""
+FAULTS_DIR = os.path.join("cases", "faults")
 
 
 def _ranks_alive(marker: str) -> list:
@@ -49,79 +23,118 @@ def _ranks_alive(marker: str) -> list:
     return [line for line in out.splitlines() if "meshtest.entry" in line and marker in line]
 
 
-def test_hang_and_crash_are_reported_and_later_cases_still_run(tmp_path):
-    path = case_file(tmp_path, "case_faults.py", FAULTS)
+def _run(tmp_path, *files, extra=()):
     out = tmp_path / "out"
-    slots = tmp_path / "slots"
     env = {**os.environ, "PYTHONPATH": SRC_ROOT}
-    proc = subprocess.run([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(out), "--slot-dir", str(slots)],
-                          capture_output=True, text=True, env=env, timeout=400)
+    proc = subprocess.run([sys.executable, "-m", "meshtest", *[os.path.join(FAULTS_DIR, f) for f in files],
+                           "--tag", "cpu_faults", "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots"),
+                           *extra], capture_output=True, text=True, env=env, timeout=500)
+    results = {json.loads(line)["case"]: json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()}
+    return proc, out, results
+
+
+def _by_rank(outcome):
+    return {f["rank"]: f for f in outcome["failures"]}
+
+
+def _assert_nothing_leaked(tmp_path, out):
+    from meshtest.slots import SlotPool, audit_stats, read_audit
+
+    assert _ranks_alive(str(out)) == []
+    with SlotPool(str(tmp_path / "slots"), 8).acquire(8, "after", timeout_s=2):
+        pass
+    assert audit_stats(read_audit(str(tmp_path / "slots"))).open_leases == 0
+
+
+@pytest.fixture(scope="module")
+def fault_run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("faults")
+    proc, out, results = _run(tmp_path, "case_faults.py", "case_faults_import.py")
+    return tmp_path, proc, out, results
+
+
+def test_every_fault_is_reported_and_every_later_case_still_runs(fault_run):
+    tmp_path, proc, out, results = fault_run
     text = proc.stdout
     assert proc.returncode == 1, text + proc.stderr
-    status = {json.loads(l)["case"]: json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()}
-    assert {k: v["status"] for k, v in status.items()} == {
-        "f1_before": "pass", "f2_hang": "timeout", "f3_after_hang": "pass", "f4_crash": "crash", "f5_after_crash": "pass"}
-    hang = {f["rank"]: f for f in status["f2_hang"]["failures"]}
+    assert {k: v["status"] for k, v in results.items()} == {
+        "fault_import_error": "error",
+        "fault_before": "pass",
+        "fault_hang_loop": "timeout", "fault_after_hang": "pass",
+        "fault_skip_collective": "timeout", "fault_after_skip": "pass",
+        "fault_exit": "crash", "fault_after_exit": "pass",
+        "fault_segv": "crash", "fault_after_segv": "pass",
+        "fault_sigkill": "crash", "fault_after_sigkill": "pass",
+        "fault_assert": "fail",
+        "fault_error_one_rank": "error", "fault_after_error": "pass",
+        "fault_broken_communicator": "error", "fault_after_broken": "pass",
+    }, text
+    _assert_nothing_leaked(tmp_path, out)
+
+
+def test_import_error_names_the_file_and_fails_only_its_own_cases(fault_run):
+    _, proc, _, results = fault_run
+    errs = results["fault_import_error"]["failures"]
+    assert [(f["rank"], f["step"]) for f in errs] == [(0, "load"), (1, "load")]
+    assert "cases/faults/case_faults_import.py" in errs[0]["error"] and "meshtest_no_such_module" in errs[0]["error"]
+    assert results["fault_before"]["status"] == "pass"
+
+
+def test_hang_names_the_rank_and_step_and_dumps_its_stack(fault_run):
+    _, proc, out, results = fault_run
+    hang = _by_rank(results["fault_hang_loop"])
     # rank 1 loops inside fn; rank 0 waits for it in the gather's collective.
     assert (hang[0]["step"], hang[1]["step"]) == ("gather", "run")
-    assert "TIMEOUT f2_hang" in text and "rank(s) 1: timeout at step run" in text
-    # The stack dump taken at the deadline shows the looping line of the case file.
-    assert "hang_on_rank1" in (out / "ranks" / "w2-2" / "rank1.log").read_text()
-    crash = {f["rank"]: f for f in status["f4_crash"]["failures"]}
-    assert crash[1]["status"] == "crash" and crash[1]["step"] == "run"
-    assert crash[1]["error"].startswith("the rank died (exit 7) before recording the case")
-    assert "relaunching 3 case(s) of w2-2: f2_hang ended its launch (timeout)" in text
-    assert (out / "ranks" / "w2-2.relaunch1").is_dir() and (out / "ranks" / "w2-2.relaunch2").is_dir()
-    # Nothing leaked: no rank process of this run survives, and every slot is free again.
-    assert _ranks_alive(str(out)) == []
-    from meshtest.slots import SlotPool, audit_stats, read_audit
-    with SlotPool(str(slots), 8).acquire(8, "after", timeout_s=2):
-        pass
-    assert audit_stats(read_audit(str(slots))).open_leases == 0
+    assert "TIMEOUT fault_hang_loop" in proc.stdout and "rank(s) 1: timeout at step run" in proc.stdout
+    launch = results["fault_hang_loop"]["launch_dir"]
+    assert "loop_on_rank1" in (out / "ranks" / launch / "rank1.log").read_text()  # the stack dump at the deadline
 
 
-TEARDOWN = """
-import os
-import torch.distributed as dist
+def test_skipped_collective_is_a_timeout_in_its_own_case(fault_run):
+    _, _, _, results = fault_run
+    skip = _by_rank(results["fault_skip_collective"])
+    assert skip[0]["status"] == "timeout" and skip[0]["step"] == "all_reduce"
+    assert skip[1]["status"] == "waited" and skip[1]["step"] == "fence"  # rank 1 finished and waited at the end
+    assert results["fault_after_skip"]["status"] == "pass"  # not blamed for rank 0's pending all_reduce
 
-def abort_in_teardown(x):
-    # Reproduces the gloo teardown abort: rank 1's process-group teardown, which runs only
-    # after every result is recorded and the closing barrier passed, raises SIGABRT.
-    if hasattr(x, "placements") and dist.get_rank() == 1:
-        dist.destroy_process_group = lambda *a, **k: os.abort()
-    return x * 2.0
 
-def ok(x):
-    return x * 2.0
+@pytest.mark.parametrize("case,rank,why", [
+    ("fault_exit", 1, "the rank died (exit 7) before recording the case"),
+    ("fault_segv", 1, "the rank died (killed by SIGSEGV) before recording the case"),
+    ("fault_sigkill", 0, "the rank died (killed by SIGKILL) before recording the case"),
+])
+def test_crash_names_the_rank_its_exit_and_its_log_tail(fault_run, case, rank, why):
+    _, _, _, results = fault_run
+    f = _by_rank(results[case])[rank]
+    assert (f["status"], f["step"]) == ("crash", "compute")
+    assert f["error"].startswith(why) and f"-- last lines of rank{rank}.log:" in f["error"]
 
-def abort_now(x):
-    if hasattr(x, "placements") and dist.get_rank() == 1:
-        os.abort()
-    return x * 2.0
 
-register(OpShardCase(name="t1_abort_in_teardown", fn=abort_in_teardown, inputs=[InputSpec((4, 4))],
-                     placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",)))
-register(OpShardCase(name="t2_fine", fn=ok, inputs=[InputSpec((4, 4))],
-                     placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level1",)))
-register(OpShardCase(name="t3_abort_before_recording", fn=abort_now, inputs=[InputSpec((4, 4))],
-                     placements=[(Shard(0), Replicate())], mesh_shape=(2, 1), tags=("cpu_level1",)))
-"""
+def test_assertion_failure_does_not_relaunch_but_a_broken_group_does(fault_run):
+    _, proc, _, results = fault_run
+    launch = {k: v["launch_dir"] for k, v in results.items()}
+    # An assertion failure and an error the health probe survives keep the launch going.
+    assert launch["fault_assert"] == launch["fault_error_one_rank"] == launch["fault_after_error"] \
+        == launch["fault_broken_communicator"]
+    assert _by_rank(results["fault_error_one_rank"]).keys() == {1}
+    # A destroyed communicator fails the probe: the next case runs in a fresh launch.
+    assert launch["fault_after_broken"] != launch["fault_broken_communicator"]
+    assert "a rank's end-of-case fence failed" in proc.stdout
+
+
+TEARDOWN = "case_faults_teardown.py"
 
 
 def test_teardown_abort_keeps_results_but_an_abort_before_recording_is_a_crash(tmp_path):
-    path = case_file(tmp_path, "case_teardown.py", TEARDOWN)
-    out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": SRC_ROOT}
-    proc = subprocess.run([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(out),
-                           "--slot-dir", str(tmp_path / "slots")], capture_output=True, text=True, env=env, timeout=300)
+    proc, out, results = _run(tmp_path, TEARDOWN)
     text = proc.stdout
-    status = {json.loads(l)["case"]: json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()}
-    assert {k: v["status"] for k, v in status.items()} == {
-        "t1_abort_in_teardown": "pass", "t2_fine": "pass", "t3_abort_before_recording": "crash"}, text
+    assert {k: v["status"] for k, v in results.items()} == {
+        "teardown_abort_after_results": "pass", "teardown_fine": "pass", "teardown_abort_before_recording": "crash"}, text
     assert "teardown warning: launch w2-2 ended with exit 1 after every rank recorded every case" in text
-    t3 = {f["rank"]: f for f in status["t3_abort_before_recording"]["failures"]}
+    t3 = _by_rank(results["teardown_abort_before_recording"])
     assert t3[1]["error"].startswith("the rank died (killed by SIGABRT) before recording the case")
-    assert proc.returncode == 1  # only because of t3
+    assert proc.returncode == 1  # only because of the abort before recording
+    _assert_nothing_leaked(tmp_path, out)
 
 
 class _Report(HTMLParser):
@@ -148,21 +161,18 @@ class _Report(HTMLParser):
             self.rows[self._row][0] += data
 
 
-def test_html_report_shows_failing_ranks_and_links_resolve(tmp_path):
-    path = case_file(tmp_path, "case_faults.py", FAULTS)
-    out = tmp_path / "out"
-    subprocess.run([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "s")],
-                   capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC_ROOT}, timeout=400)
+def test_html_report_shows_failing_ranks_and_links_resolve(fault_run):
+    _, _, out, results = fault_run
     report = _Report()
     report.feed((out / "report.html").read_text())
-    assert set(report.rows) == {"f1_before", "f2_hang", "f3_after_hang", "f4_crash", "f5_after_crash"}
-    text, links = report.rows["f4_crash"]
-    assert "crash @ run" in text and "the rank died (exit 7)" in text
-    assert any("w2-2.relaunch1/rank1.log" in href for href in links)
-    text, links = report.rows["f2_hang"]
+    assert set(report.rows) == set(results)
+    text, links = report.rows["fault_exit"]
+    assert "crash @ compute" in text and "the rank died (exit 7)" in text
+    assert any(f"{results['fault_exit']['launch_dir']}/rank1.log" in href for href in links)
+    text, links = report.rows["fault_hang_loop"]
     assert "timeout @ gather" in text and "timeout @ run" in text
     all_links = [href for _, hrefs in report.rows.values() for href in hrefs]
-    assert len(all_links) == 5 * 2 * 2  # 5 cases x 2 ranks x (log, jsonl)
+    assert len(all_links) == len(results) * 2 * 2  # cases x 2 ranks x (log, jsonl)
     assert all((out / href).is_file() for href in all_links)
 
 
@@ -170,20 +180,20 @@ def test_sigterm_keeps_recorded_results_and_leaves_no_rank(tmp_path):
     import signal
     import time
 
-    path = case_file(tmp_path, "case_faults.py", FAULTS)
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(out),
-                             "--slot-dir", str(tmp_path / "s")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": SRC_ROOT})
+    proc = subprocess.Popen([sys.executable, "-m", "meshtest", os.path.join(FAULTS_DIR, "case_faults.py"),
+                             "--tag", "cpu_faults", "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "s")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": SRC_ROOT})
     rank0 = out / "ranks" / "w2-2" / "rank0.jsonl"
     deadline = time.time() + 120
-    while time.time() < deadline and not (rank0.exists() and '"f2_hang"' in rank0.read_text()):
-        time.sleep(0.2)  # f1_before is recorded; rank 1 now loops inside f2_hang
+    while time.time() < deadline and not (rank0.exists() and '"fault_hang_loop"' in rank0.read_text()):
+        time.sleep(0.2)  # fault_before is recorded; rank 1 now loops inside fault_hang_loop
     proc.send_signal(signal.SIGTERM)
     stdout, _ = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM
     assert "run interrupted (SystemExit); results so far are kept" in stdout
-    assert [json.loads(l)["case"] for l in (out / "results.jsonl").read_text().splitlines()] == ["f1_before"]
+    assert [json.loads(line)["case"] for line in (out / "results.jsonl").read_text().splitlines()] == ["fault_before"]
     assert (out / "report.html").is_file() and (out / "junit.xml").is_file()
     assert (out / "ranks" / "w2-2" / "rank1.log").is_file()  # the rank logs stay
     assert _ranks_alive(str(out)) == []

@@ -113,6 +113,17 @@ class TorchGlooBackend(ShardBackend):
         except RuntimeError:
             return False
 
+    def case_fence(self, timeout_s: float) -> bool:
+        """``dist.monitored_barrier`` (gloo): point-to-point with rank 0 on its own tag, so it
+        never pairs with a collective a peer is still inside; rank 0's error names the ranks
+        that did not arrive (logged)."""
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=timeout_s), wait_all_ranks=True)
+            return True
+        except RuntimeError as e:
+            print(f"meshtest: case fence failed: {e}", flush=True)
+            return False
+
     def shutdown(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()

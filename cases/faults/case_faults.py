@@ -1,0 +1,107 @@
+"""Fault-injection package: one case per fault meshtest must survive (issue "Reliability and
+diagnosis"). Tagged ``cpu_faults`` only, so no ``*_level0`` / ``*_level1`` gate selects them, and
+not a Pants case target (see BUILD): src/tests/test_faults_torch.py runs this file and asserts,
+per fault, the reported status, the named ranks and steps, that the cases after it still ran,
+and that no rank process or device slot leaked. By hand::
+
+    python -m meshtest run cases/faults/case_faults.py --tag cpu_faults --artifacts-dir /tmp/faults
+
+Every fault case is followed by an ``*_after_*`` case that must pass in the fresh launch.
+"""
+import os
+import signal
+
+from meshtest import InputSpec, OpShardCase, ScenarioCase, Shard, register
+
+MESH = (2,)
+FAULTS = ("cpu_faults",)
+
+
+def doubled(x):
+    return x * 2.0
+
+
+def loop_on_rank1(x):
+    """Infinite loop on rank 1 inside the distributed run: the case deadline must catch it."""
+    if hasattr(x, "placements") and x.device_mesh.get_rank() == 1:
+        while True:
+            pass
+    return x * 2.0
+
+
+def all_reduce_ones(ctx):
+    ctx.step("all_reduce")
+    t = ctx.api.torch.ones(4)
+    ctx.api.dist.all_reduce(t)
+    assert float(t[0]) == ctx.world_size, f"all_reduce of ones gave {float(t[0])}"
+
+
+def skip_collective_on_rank1(ctx):
+    """Rank 1 skips the all_reduce rank 0 enters: without the end-of-case fence rank 0's
+    all_reduce would pair with rank 1's next case and blame the wrong case."""
+    ctx.step("all_reduce")
+    if ctx.rank == 1:
+        return
+    ctx.api.dist.all_reduce(ctx.api.torch.ones(4))
+
+
+def exit_on_rank1(ctx):
+    ctx.step("compute")
+    if ctx.rank == 1:
+        os._exit(7)
+    ctx.api.dist.barrier()
+
+
+def segfault_on_rank1(ctx):
+    ctx.step("compute")
+    if ctx.rank == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    ctx.api.dist.barrier()
+
+
+def sigkill_rank0(ctx):
+    ctx.step("compute")
+    if ctx.rank == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    ctx.api.dist.barrier()
+
+
+def assertion_fails(ctx):
+    ctx.step("check")
+    assert ctx.rank < 0, "deliberate assertion failure"
+
+
+def error_on_rank1(ctx):
+    ctx.step("compute")
+    if ctx.rank == 1:
+        raise ValueError("deliberate error on rank 1 only")
+
+
+def break_communicator(ctx):
+    """Rank 1 destroys the process group: the health probe after the error must find the
+    group broken and the next case must run in a fresh launch."""
+    ctx.step("break")
+    if ctx.rank == 1:
+        ctx.api.dist.destroy_process_group()
+    raise RuntimeError(f"rank {ctx.rank}: communicator broken on purpose")
+
+
+register(OpShardCase(name="fault_before", fn=doubled, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)],
+                     mesh_shape=MESH, tags=FAULTS))
+register(OpShardCase(name="fault_hang_loop", fn=loop_on_rank1, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)],
+                     mesh_shape=MESH, tags=FAULTS, timeout_s=6))
+register(OpShardCase(name="fault_after_hang", fn=doubled, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)],
+                     mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_skip_collective", fn=skip_collective_on_rank1, mesh_shape=MESH, tags=FAULTS, timeout_s=6))
+register(ScenarioCase(name="fault_after_skip", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_exit", fn=exit_on_rank1, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_after_exit", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_segv", fn=segfault_on_rank1, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_after_segv", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_sigkill", fn=sigkill_rank0, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_after_sigkill", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_assert", fn=assertion_fails, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_error_one_rank", fn=error_on_rank1, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_after_error", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_broken_communicator", fn=break_communicator, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_after_broken", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
