@@ -143,13 +143,17 @@ def _kill_group(pgid: int) -> None:
 
 
 def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: float, out_dir: str,
-           lease: SlotLease, fail_fast: bool = False) -> LaunchResult:
+           lease: SlotLease, fail_fast: bool = False, master_port: Optional[int] = None,
+           header: str = "") -> LaunchResult:
     """Run ``group`` as one launch on the first ``world_size`` slots of ``lease``, watching it.
 
     The lease's lock files are inherited by the launch (``pass_fds``), so its slots stay held as
     long as any of its processes lives. Whatever ends the launch — exit, deadline, Ctrl-C or
     SIGTERM of the runner — its whole process group is killed afterwards: no rank survives.
     With ``fail_fast`` the ranks stop together after the first case that fails on any rank.
+
+    :param master_port: rendezvous port (``None``: the launcher picks a free one).
+    :param header: a line written at the top of ``launcher.log`` (e.g. why this is a retry).
     """
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         # A reused --artifacts-dir: ranks append to their files and the watcher reads them from
@@ -160,7 +164,8 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
     slot_ids = lease.slots[: group.world_size]
     write_plan(plan_path, group, platform=platform, device_kind=device_kind,
                out_dir=os.path.abspath(out_dir), case_timeout_s=case_timeout_s, slots=slot_ids, fail_fast=fail_fast)
-    cmd = launch_command(backend_info(platform).launcher, group.world_size, ["--plan", os.path.abspath(plan_path)])
+    cmd = launch_command(backend_info(platform).launcher, group.world_size, ["--plan", os.path.abspath(plan_path)],
+                         master_port=master_port)
     env = dict(os.environ)
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
@@ -170,6 +175,8 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
     watcher = RankWatcher(out_dir, group.world_size, time.time())
     timed_out = False
     with open(os.path.join(out_dir, "launcher.log"), "w", encoding="utf-8") as logf:
+        if header:
+            logf.write(f"# {header}\n")
         logf.write("$ " + " ".join(cmd) + "\n")
         logf.flush()
         # Own session, so the launch (launcher and ranks) can be killed as one group;
@@ -188,6 +195,35 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
             rc = proc.wait()
     watcher.poll()
     return LaunchResult(rc, timed_out, time.monotonic() - t0, watcher.records, watcher.progress, watcher.stopped_after)
+
+
+#: Environment variable with a fixed rendezvous port for the first launch attempt.
+MASTER_PORT_ENV = "MESHTEST_MASTER_PORT"
+#: How many times a launch that failed its rendezvous on a port in use is retried.
+RENDEZVOUS_RETRIES = 3
+_ADDR_IN_USE = re.compile(r"EADDRINUSE|[Aa]ddress already in use")
+
+
+def rendezvous_clashed(res: LaunchResult, out_dir: str) -> bool:
+    """Whether a launch failed on a rendezvous address already in use: it ended with an error
+    before any rank started a case, and its ``launcher.log`` says ``EADDRINUSE``."""
+    if res.rc == 0 or res.timed_out or res.records or any(p.case or p.done for p in res.progress.values()):
+        return False
+    try:
+        with open(os.path.join(out_dir, "launcher.log"), encoding="utf-8", errors="replace") as f:
+            return bool(_ADDR_IN_USE.search(f.read()))
+    except OSError:
+        return False
+
+
+def free_port() -> int:
+    """A TCP port the OS reports free on 127.0.0.1 now (another process may take it before the
+    launch binds it; that race is what the rendezvous retry covers)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def tail(path: str, n: int = 6) -> str:

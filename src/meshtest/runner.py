@@ -26,7 +26,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from . import reporter
 from .html_report import write_html_report
 from .junit import write_junit
-from .launch import LaunchResult, RankWatcher, describe_exit, launch, rank_exit_codes, tail
+from .launch import (MASTER_PORT_ENV, RENDEZVOUS_RETRIES, LaunchResult, RankWatcher, describe_exit, free_port, launch,
+                     rank_exit_codes, rendezvous_clashed, tail)
 from .planner import DEFAULT_CASE_TIMEOUT_S, GAVE_UP_EXIT, Group, plan_groups, select_cases
 from .reporter import CaseOutcome
 from .scan import FileScan, ScannedCase, scan_case_file
@@ -171,6 +172,9 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) ->
     after it run in a fresh launch (artifacts in ``<group>.relaunch<k>/``). When a launch stops
     between cases (a rank gave up after a failed health probe), the rest are relaunched. A
     launch that ends without starting any case ends the group: its cases are reported ``crash``.
+    A launch whose rendezvous failed on an address in use (``EADDRINUSE``) is retried on
+    another port up to :data:`meshtest.launch.RENDEZVOUS_RETRIES` times; its directory is kept
+    as ``<dir>.addrinuse<k>`` and the retry is noted in the report and the new ``launcher.log``.
 
     :returns: (outcomes, report notes, number of launches). Each launch is also recorded in
         the slot pool's audit log.
@@ -178,14 +182,27 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) ->
     outcomes: List[CaseOutcome] = []
     notes: List[str] = []
     remaining = list(group.cases)
-    attempt = launches = 0
+    attempt = launches = clashes = 0
+    port = int(os.environ[MASTER_PORT_ENV]) if os.environ.get(MASTER_PORT_ENV) else None
+    header = ""
     while remaining:
         sub = dataclasses.replace(group, cases=tuple(remaining))
         sub_dir = out_dir if attempt == 0 else f"{out_dir}.relaunch{attempt}"
         lease.pool.audit("launch", lease.target, lease.slots[: group.world_size], group.world_size)
         launches += 1
         res = launch(sub, platform=opts.platform, device_kind=opts.device_kind, case_timeout_s=opts.case_timeout_s,
-                     out_dir=sub_dir, lease=lease, fail_fast=opts.fail_fast)
+                     out_dir=sub_dir, lease=lease, fail_fast=opts.fail_fast, master_port=port, header=header)
+        if clashes < RENDEZVOUS_RETRIES and rendezvous_clashed(res, sub_dir):
+            clashes += 1
+            aside = f"{sub_dir}.addrinuse{clashes}"
+            os.rename(sub_dir, aside)
+            new_port = free_port() if port is not None else None
+            header = (f"rendezvous retry {clashes}/{RENDEZVOUS_RETRIES}: the previous launch failed with address "
+                      f"already in use (port {port or 'chosen by torchrun'}); its log: {os.path.basename(aside)}/launcher.log")
+            notes.append(f"{header}; retrying on port {new_port or 'chosen by torchrun'}")
+            port = new_port
+            continue
+        header = ""
         notes.append(f"launch {os.path.basename(sub_dir)}: {group.world_size} ranks, {len(remaining)} case(s), "
                      f"{res.wall_s:.1f}s, {describe_exit(res.rc)}" + (", killed at a deadline" if res.timed_out else ""))
         complete = [c for c in remaining if len(res.records.get(c.name, {})) == group.world_size]

@@ -197,3 +197,26 @@ def test_sigterm_keeps_recorded_results_and_leaves_no_rank(tmp_path):
     assert (out / "report.html").is_file() and (out / "junit.xml").is_file()
     assert (out / "ranks" / "w2-2" / "rank1.log").is_file()  # the rank logs stay
     assert _ranks_alive(str(out)) == []
+
+
+def test_rendezvous_on_a_port_in_use_is_retried_and_the_retry_is_logged(tmp_path):
+    import socket
+
+    with socket.socket() as held:  # another process's server on the port meshtest is told to use
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        out = tmp_path / "out"
+        proc = subprocess.run(
+            [sys.executable, "-m", "meshtest", os.path.join(FAULTS_DIR, "case_faults.py") + "::fault_before",
+             "--tag", "cpu_faults", "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots")],
+            capture_output=True, text=True, timeout=300,
+            env={**os.environ, "PYTHONPATH": SRC_ROOT, "MESHTEST_MASTER_PORT": str(port)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS    fault_before" in proc.stdout
+    assert f"rendezvous retry 1/3: the previous launch failed with address already in use (port {port})" in proc.stdout
+    clashed = (out / "ranks" / "w2-2.addrinuse1" / "launcher.log").read_text()
+    assert f"--master-port={port}" in clashed and "EADDRINUSE" in clashed
+    retried = (out / "ranks" / "w2-2" / "launcher.log").read_text()
+    assert retried.startswith("# rendezvous retry 1/3") and f"--master-port={port}" not in retried
+    _assert_nothing_leaked(tmp_path, out)
