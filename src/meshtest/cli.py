@@ -8,6 +8,7 @@ Examples::
     MESHTEST_CASE_FILTER='sort_*,topk_*' python -m meshtest cases/torch/case_sort.py
     python -m meshtest scan cases/torch/case_sort.py            # static scan as JSON
     python -m meshtest count cases/torch/*.py                   # cases by family, mesh, gate
+    python -m meshtest progress --watch 5                        # live: cases done / total per running target
     python -m meshtest ids cases/torch/tp/seed003_ids.txt cases/torch/tp/*.py   # every test-plan ID covered?
 """
 from __future__ import annotations
@@ -65,10 +66,29 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("files", nargs="+")
     c = sub.add_parser("count", help="count registered cases by family (file), mesh and gate")
     c.add_argument("files", nargs="+")
+    p = sub.add_parser("progress", help="show live progress of meshtest runs sharing a slot pool (e.g. every target of ./pants test)")
+    p.add_argument("--slot-dir", default="", help="the pool directory (default $MESHTEST_SLOT_DIR or ~/.cache/meshtest/slots; "
+                                                  "under Pants: ~/.cache/pants/named_caches/meshtest_slots)")
+    p.add_argument("--watch", type=float, default=0.0, metavar="SECONDS", help="repeat every SECONDS until interrupted")
     i = sub.add_parser("ids", help="check that every ID of a test-plan manifest has cases (spec_id=) and no case names an unknown ID")
     i.add_argument("manifest", help="file with one 'ID<TAB>feature' line per test-plan item")
     i.add_argument("files", nargs="+")
     return ap
+
+
+def _cmd_progress(slot_dir: str, watch: float) -> int:
+    import time
+
+    from .progress import format_board, read_board
+    from .slots import default_slot_dir
+
+    directory = os.path.join(slot_dir or default_slot_dir(), "progress")
+    while True:
+        print("\n".join(format_board(read_board(directory))), flush=True)
+        if watch <= 0:
+            return 0
+        time.sleep(watch)
+        print("--", flush=True)
 
 
 def _cmd_ids(manifest: str, files: Sequence[str]) -> int:
@@ -165,7 +185,7 @@ def _exit_on_sigterm(signum, frame):
 def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("run", "scan", "count", "ids", "-h", "--help"):
+    if argv and argv[0] not in ("run", "scan", "count", "ids", "progress", "-h", "--help"):
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
     try:
@@ -175,6 +195,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _cmd_count(args.files)
         if args.command == "ids":
             return _cmd_ids(args.manifest, args.files)
+        if args.command == "progress":
+            return _cmd_progress(args.slot_dir, args.watch)
     except BrokenPipeError:  # `... scan | head`: the reader left; stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

@@ -144,7 +144,7 @@ def _kill_group(pgid: int) -> None:
 
 def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: float, out_dir: str,
            lease: SlotLease, fail_fast: bool = False, master_port: Optional[int] = None,
-           header: str = "") -> LaunchResult:
+           header: str = "", on_poll=None) -> LaunchResult:
     """Run ``group`` as one launch on the first ``world_size`` slots of ``lease``, watching it.
 
     The lease's lock files are inherited by the launch (``pass_fds``), so its slots stay held as
@@ -154,6 +154,7 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
 
     :param master_port: rendezvous port (``None``: the launcher picks a free one).
     :param header: a line written at the top of ``launcher.log`` (e.g. why this is a retry).
+    :param on_poll: called with the :class:`RankWatcher` after each poll (progress reporting).
     """
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         # A reused --artifacts-dir: ranks append to their files and the watcher reads them from
@@ -187,6 +188,8 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
             while proc.poll() is None:
                 time.sleep(POLL_S)
                 watcher.poll()
+                if on_poll is not None:
+                    on_poll(watcher)
                 if watcher.overdue(time.time()):
                     timed_out = True
                     break

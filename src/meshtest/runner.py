@@ -28,16 +28,12 @@ from .html_report import write_html_report
 from .junit import write_junit
 from .launch import (MASTER_PORT_ENV, RENDEZVOUS_RETRIES, LaunchResult, RankWatcher, describe_exit, free_port, launch,
                      rank_exit_codes, rendezvous_clashed, tail)
+from .progress import ProgressBoard
 from .planner import DEFAULT_CASE_TIMEOUT_S, GAVE_UP_EXIT, Group, plan_groups, select_cases
 from .reporter import CaseOutcome
 from .scan import FileScan, ScannedCase, scan_case_file
-from .slots import DEFAULT_SLOTS, SlotLease, SlotPool, SlotRequestError
+from .slots import DEFAULT_SLOTS, SlotLease, SlotPool, SlotRequestError, default_slot_dir
 
-
-
-def default_slot_dir() -> str:
-    """``$MESHTEST_SLOT_DIR``, else ``~/.cache/meshtest/slots``."""
-    return os.environ.get("MESHTEST_SLOT_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "meshtest", "slots")
 
 
 @dataclass(frozen=True)
@@ -164,7 +160,8 @@ def not_run(cases: Sequence[ScannedCase], group: Group, reason: str) -> List[Cas
                         failures=[{"rank": "-", "status": "not_run", "step": "-", "error": reason}]) for c in cases]
 
 
-def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) -> Tuple[List[CaseOutcome], List[str], int]:
+def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
+              on_progress=None) -> Tuple[List[CaseOutcome], List[str], int]:
     """Run a group's cases, relaunching after a hang or crash so no case is lost.
 
     Each launch runs the cases still to do. When a launch dies inside a case (deadline or
@@ -176,6 +173,8 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) ->
     another port up to :data:`meshtest.launch.RENDEZVOUS_RETRIES` times; its directory is kept
     as ``<dir>.addrinuse<k>`` and the retry is noted in the report and the new ``launcher.log``.
 
+    :param on_progress: called with (cases of this group finished, case running on some rank or "")
+        while a launch runs.
     :returns: (outcomes, report notes, number of launches). Each launch is also recorded in
         the slot pool's audit log.
     """
@@ -191,7 +190,8 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) ->
         lease.pool.audit("launch", lease.target, lease.slots[: group.world_size], group.world_size)
         launches += 1
         res = launch(sub, platform=opts.platform, device_kind=opts.device_kind, case_timeout_s=opts.case_timeout_s,
-                     out_dir=sub_dir, lease=lease, fail_fast=opts.fail_fast, master_port=port, header=header)
+                     out_dir=sub_dir, lease=lease, fail_fast=opts.fail_fast, master_port=port, header=header,
+                     on_poll=None if on_progress is None else _poller(on_progress, len(outcomes), group.world_size))
         if clashes < RENDEZVOUS_RETRIES and rendezvous_clashed(res, sub_dir):
             clashes += 1
             aside = f"{sub_dir}.addrinuse{clashes}"
@@ -240,6 +240,14 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease) ->
     return outcomes, notes, launches
 
 
+def _poller(on_progress, finished_before: int, world_size: int):
+    def poll(watcher: RankWatcher) -> None:
+        done = sum(len(by_rank) == world_size for by_rank in watcher.records.values())
+        current = next((p.case for p in watcher.progress.values() if p.case), "") or ""
+        on_progress(finished_before + done, current)
+    return poll
+
+
 def device_need(groups: Sequence[Group], declared: Optional[int]) -> int:
     """Slots this run holds: ``declared`` (the build target's resource tag) or the largest
     group's world size.
@@ -282,7 +290,12 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
                 with pool.acquire(need, opts.target or ",".join(files)) as lease:
                     result.notes.append(f"device slots {lease.slots} of {opts.slots} held "
                                         f"(waited {time.monotonic() - t0:.1f}s; pool {pool.directory})")
-                    _run_groups(groups, opts, lease, result, emit)
+                    board = ProgressBoard(os.path.join(pool.directory, "progress"), opts.target or ",".join(files),
+                                          len(selected), stream)
+                    try:
+                        _run_groups(groups, opts, lease, result, emit, board)
+                    finally:
+                        board.finish(len(result.outcomes) - len(outcomes))
         except BaseException as e:  # SIGTERM (SystemExit), Ctrl-C: keep what was recorded so far
             if result.in_flight is not None:
                 salvaged = _salvage(*result.in_flight)
@@ -300,7 +313,8 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     return result
 
 
-def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, result: RunResult, emit) -> None:
+def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, result: RunResult, emit,
+                board: Optional[ProgressBoard] = None) -> None:
     """Run the groups in order into ``result``; a fail-fast run stops after a failing group."""
     scan_errors = len(result.outcomes)  # a broken file fails by itself; it does not stop the others
     for gi, group in enumerate(groups):
@@ -316,7 +330,10 @@ def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, res
               f"{len(group.cases)} case(s), slots {lease.slots[:group.world_size]}"])
         group_dir = os.path.join(opts.artifacts_dir, "ranks", group.group_id)
         result.in_flight = (group, group_dir)
-        group_outcomes, notes, launches = run_group(group, opts, group_dir, lease)
+        before = len(result.outcomes) - scan_errors
+        progress = None if board is None else (
+            lambda done, current, g=group.group_id, b=before: board.update(b + done, g, current))
+        group_outcomes, notes, launches = run_group(group, opts, group_dir, lease, progress)
         result.in_flight = None
         result.launches += launches
         result.outcomes.extend(group_outcomes)

@@ -30,6 +30,12 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
 #: Default pool size: one 8-card node (seed 000 §8.6).
+
+def default_slot_dir() -> str:
+    """``$MESHTEST_SLOT_DIR``, else ``~/.cache/meshtest/slots``."""
+    return os.environ.get("MESHTEST_SLOT_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "meshtest", "slots")
+
+
 DEFAULT_SLOTS = 8
 #: Seconds between tries while the head of the line waits for slots to free up.
 POLL_S = 0.05

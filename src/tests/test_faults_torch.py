@@ -120,6 +120,7 @@ def test_assertion_failure_does_not_relaunch_but_a_broken_group_does(fault_run):
     # A destroyed communicator fails the probe: the next case runs in a fresh launch.
     assert launch["fault_after_broken"] != launch["fault_broken_communicator"]
     assert "a rank's end-of-case fence failed" in proc.stdout
+    assert "/case_faults_import.py: 17/17 case(s) done, launch w2-2" in proc.stdout  # live progress lines
 
 
 TEARDOWN = "case_faults_teardown.py"
