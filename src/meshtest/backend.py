@@ -43,8 +43,11 @@ Adding a platform — a minimal complete example::
             return types.SimpleNamespace(torch=mf, nn=mf.nn, F=mf.nn.functional,
                                          ColwiseParallel=mf.tp.ColwiseParallel, ...)
 
-    # then register it (before running) with
-    register_backend(BackendInfo("myfw", "my_pkg.my_backend:MyBackend", launcher="torchrun"))
+    # then declare it in my_pkg's packaging metadata, so meshtest finds it when installed:
+    #   [project.entry-points."meshtest.backends"]
+    #   myfw = "my_pkg.my_backend:MyBackend"
+    # (or call register_backend(BackendInfo("myfw", "my_pkg.my_backend:MyBackend", "torchrun"))
+    # in every process that runs meshtest). docs/platforms.md has a complete, tested example.
 """
 from __future__ import annotations
 
@@ -197,12 +200,35 @@ def register_backend(info: BackendInfo) -> None:
     _BACKENDS[info.platform] = info
 
 
+#: Entry-point group through which an installed package adds a platform without editing
+#: meshtest: ``<platform name> = "<module>:<ShardBackend subclass>"`` (launched with torchrun).
+ENTRY_POINT_GROUP = "meshtest.backends"
+
+
+def _entry_point_backends() -> Dict[str, BackendInfo]:
+    from importlib.metadata import entry_points
+
+    eps = entry_points()
+    group = eps.select(group=ENTRY_POINT_GROUP) if hasattr(eps, "select") else eps.get(ENTRY_POINT_GROUP, [])
+    # Not imported here: the parent process never imports a platform (its module may import
+    # torch); the ranks import it in load_backend. torchrun is the only launcher kind so far.
+    return {ep.name: BackendInfo(ep.name, ep.value, "torchrun") for ep in group}
+
+
 def backend_info(platform: str) -> BackendInfo:
-    """:raises KeyError: with the known platforms, when ``platform`` is not registered."""
-    try:
+    """The registered platform ``platform``: built in (``torch``), added with
+    :func:`register_backend`, or found in the :data:`ENTRY_POINT_GROUP` entry points.
+
+    :raises KeyError: with the known platforms, when ``platform`` is none of these.
+    """
+    if platform in _BACKENDS:
         return _BACKENDS[platform]
-    except KeyError:
-        raise KeyError(f"unknown platform {platform!r}; known: {sorted(_BACKENDS)}") from None
+    plugged = _entry_point_backends()
+    if platform in plugged:
+        register_backend(plugged[platform])
+        return plugged[platform]
+    raise KeyError(f"unknown platform {platform!r}; known: {sorted(set(_BACKENDS) | set(plugged))} "
+                   f"(add one through the {ENTRY_POINT_GROUP!r} entry-point group, see docs/platforms.md)")
 
 
 def load_backend(platform: str) -> ShardBackend:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import reporter
+from .backend import backend_info
+from .errors import SelectionError
 from .html_report import write_html_report
 from .junit import write_junit
 from .launch import (MASTER_PORT_ENV, RENDEZVOUS_RETRIES, LaunchResult, RankWatcher, describe_exit, free_port, launch,
@@ -269,9 +271,13 @@ def device_need(groups: Sequence[Group], declared: Optional[int]) -> int:
 def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     """Scan, select, plan, take device slots, launch each group, report.
 
-    :raises SelectionError: name patterns match nothing.
+    :raises SelectionError: name patterns match nothing, or the platform is unknown.
     :raises meshtest.slots.SlotRequestError: the run needs more slots than the pool has.
     """
+    try:
+        backend_info(opts.platform)
+    except KeyError as e:
+        raise SelectionError(e.args[0]) from None
     os.makedirs(opts.artifacts_dir, exist_ok=True)
     cases, outcomes, scan_notes = scan_files(files)
     selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns)
