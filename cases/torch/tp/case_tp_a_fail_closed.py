@@ -147,37 +147,50 @@ register(ScenarioCase(
 
 def _a2_sequence_parallel_on_2d_mesh(ctx):
     api = ctx.api
-    torch = api.torch
     mesh = ctx.mesh
     assert mesh.ndim == 2, f"expected the 2-D (dp, tp) mesh, got ndim={mesh.ndim}"
     ctx.step("SequenceParallel on 2-D mesh")
-    # torch: SequenceParallel._replicate_module_fn uses DTensor.from_local(param, mesh, [Replicate()])
-    # (parallel/style.py), which never checks len(placements) == mesh.ndim, so parallelize_module
-    # accepts the 2-D mesh silently and leaves a DTensor with one placement on a 2-D mesh.
-    torch.manual_seed(0)
+    # Seed 003 §4.2 / §9.3: a 2-D mesh must raise ValueError. torch 2.13 accepts it:
+    # SequenceParallel._replicate_module_fn calls DTensor.from_local(param, mesh, [Replicate()])
+    # (parallel/style.py), which never checks len(placements) == mesh.ndim, leaving parameters
+    # that break DTensor's own invariant (see the known_failure reason).
     norm = api.nn.LayerNorm(8)
-    out = api.parallelize_module(norm, mesh, api.SequenceParallel())
-    assert out is norm
-    w = norm.weight
-    assert isinstance(w, api.DTensor), f"weight is {type(w).__name__}"
-    assert w.device_mesh.ndim == 2 and len(w.placements) == 1, \
-        f"torch now gives placements {w.placements} on a {w.device_mesh.ndim}-D mesh (behaviour changed)"
-    ctx.note(f"SequenceParallel on 2-D mesh: no error; weight placements {w.placements} on a 2-D mesh")
+    snap = _snapshot(norm)
+    _expect_raises(ctx, ValueError, ("1D",), lambda: api.parallelize_module(norm, mesh, api.SequenceParallel()))
+    _assert_unchanged(ctx, norm, snap, "2-D mesh rejected")
+
+
+register(ScenarioCase(
+    name="tp_A2_sequence_parallel_rejects_2d_mesh",
+    fn=_a2_sequence_parallel_on_2d_mesh,
+    mesh_shape=MESH_1X2, mesh_dim_names=DP_TP, tags=L0, requires=("tp.styles",), spec_id="A2",
+    known_failure=("torch 2.13 bug: parallelize_module(norm, <2-D mesh>, SequenceParallel()) raises nothing and "
+                   "turns the norm's parameters into DTensors with ONE placement on a 2-D mesh (DTensor requires "
+                   "one per mesh dim; from_local does not check), and the module's forward then shards the "
+                   "sequence over the first mesh axis (dp), not tp. torch's own docstring says parallelize_module "
+                   "only accepts a 1-D DeviceMesh; the seed requires ValueError."),
+))
+
+
+def _a2_prepare_input_on_2d_mesh(ctx):
+    api = ctx.api
+    mesh = ctx.mesh
+    assert mesh.ndim == 2, f"expected the 2-D (dp, tp) mesh, got ndim={mesh.ndim}"
     ctx.step("PrepareModuleInput on 2-D mesh")
-    # PrepareModuleInput._apply only registers a pre-hook: nothing checks the mesh either.
+    # PrepareModuleInput._apply only registers a pre-hook: nothing checks the mesh.
     lin = _linear(ctx, 8, 8)
     api.parallelize_module(lin, mesh, api.PrepareModuleInput(input_layouts=api.Shard(0),
                                                              desired_input_layouts=api.Replicate()))
     assert len(lin._forward_pre_hooks) == 1, "PrepareModuleInput registered no pre-hook"
+    assert not isinstance(lin.weight, api.DTensor), "PrepareModuleInput must not touch parameters"
 
 
 register(ScenarioCase(
-    name="tp_A2_sequence_parallel_accepts_2d_mesh",
-    fn=_a2_sequence_parallel_on_2d_mesh,
+    name="tp_A2_prepare_module_input_accepts_2d_mesh",
+    fn=_a2_prepare_input_on_2d_mesh,
     mesh_shape=MESH_1X2, mesh_dim_names=DP_TP, tags=L0, requires=("tp.styles",), spec_id="A2",
     divergence=("seed: any 2-D mesh passed to parallelize_module raises ValueError (use device_mesh['tp']); "
-                "torch 2.13: SequenceParallel and PrepareModuleInput accept it with no error "
-                "(SequenceParallel leaves Replicate() parameters with 1 placement on the 2-D mesh)"),
+                "torch 2.13: PrepareModuleInput registers its pre-hook on a 2-D mesh with no error"),
 ))
 
 
