@@ -4,7 +4,7 @@ not a Pants case target (see BUILD): src/tests/test_faults_torch.py runs this fi
 per fault, the reported status, the named ranks and steps, that the cases after it still ran,
 and that no rank process or device slot leaked. By hand::
 
-    python -m meshtest run cases/faults/case_faults.py --tag cpu_faults --artifacts-dir /tmp/faults
+    python -m meshtest run cases/faults/case_faults.py --tag cpu_faults --case-timeout 20 --artifacts-dir /tmp/faults
 
 Every fault case is followed by an ``*_after_*`` case that must pass in the fresh launch.
 """
@@ -43,6 +43,25 @@ def skip_collective_on_rank1(ctx):
     if ctx.rank == 1:
         return
     ctx.api.dist.all_reduce(ctx.api.torch.ones(4))
+
+
+def skip_collective_on_rank0(ctx):
+    """The same with rank 0, which coordinates gloo's monitored barrier: its fence must outwait the
+    peer's deadline so the peer is reported as timed out (with stacks), not rank 0 as gone."""
+    ctx.step("all_reduce")
+    if ctx.rank == 0:
+        return
+    ctx.api.dist.all_reduce(ctx.api.torch.ones(4))
+
+
+def slow_rank0(ctx):
+    """Not a fault: rank 0 takes 12 s, inside this case's 30 s deadline but past half the run's
+    --case-timeout 20 the test uses. Rank 1 waits at the fence and the case passes."""
+    import time
+
+    ctx.step("slow")
+    if ctx.rank == 0:
+        time.sleep(12)
 
 
 def exit_on_rank1(ctx):
@@ -94,6 +113,10 @@ register(OpShardCase(name="fault_after_hang", fn=doubled, inputs=[InputSpec((4, 
                      mesh_shape=MESH, tags=FAULTS))
 register(ScenarioCase(name="fault_skip_collective", fn=skip_collective_on_rank1, mesh_shape=MESH, tags=FAULTS, timeout_s=6))
 register(ScenarioCase(name="fault_after_skip", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_skip_collective_rank0", fn=skip_collective_on_rank0, mesh_shape=MESH, tags=FAULTS,
+                      timeout_s=6))
+register(ScenarioCase(name="fault_after_skip_rank0", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="slow_rank0_within_deadline", fn=slow_rank0, mesh_shape=MESH, tags=FAULTS, timeout_s=30))
 register(ScenarioCase(name="fault_exit", fn=exit_on_rank1, mesh_shape=MESH, tags=FAULTS))
 register(ScenarioCase(name="fault_after_exit", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
 register(ScenarioCase(name="fault_segv", fn=segfault_on_rank1, mesh_shape=MESH, tags=FAULTS))

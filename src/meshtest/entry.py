@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .backend import ShardBackend, load_backend
 from .compare import CompareError, compare_arrays
 from .errors import CaseFileError, MeshtestError
-from .planner import GAVE_UP_EXIT, read_plan
+from .planner import FENCE_MARGIN_S, GAVE_UP_EXIT, read_plan
 from .proctree import die_with_parent
 from .registry import Registry, check_against_scan, load_case_file
 from .scan import ScannedCase, scan_case_file
@@ -147,11 +147,17 @@ def run_scenario(case: ScenarioCase, backend: ShardBackend, mesh: Any, on_step=N
     :returns: ``(status, step, error, notes)``; status ``pass``/``fail`` (``AssertionError``)/
         ``error`` (any other exception)/``unsupported``.
     """
-    missing = [f for f in case.requires if f not in backend.features()]
-    if missing:
-        return ("unsupported", "features",
-                f"unsupported on platform {backend.platform}: missing feature(s) {', '.join(missing)}", "")
-    ctx = ScenarioContext(case=case.name, mesh=mesh, backend=backend, api=backend.scenario_api(), on_step=on_step)
+    try:
+        missing = [f for f in case.requires if f not in backend.features()]
+        if missing:
+            return ("unsupported", "features",
+                    f"unsupported on platform {backend.platform}: missing feature(s) {', '.join(missing)}", "")
+        api = backend.scenario_api()
+    except NotImplementedError as e:  # an op-only platform
+        return "unsupported", "features", f"unsupported on platform {backend.platform}: {e}", ""
+    except Exception as e:
+        return "error", "features", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-4)}", ""
+    ctx = ScenarioContext(case=case.name, mesh=mesh, backend=backend, api=api, on_step=on_step)
     log.info("case %s: step run", case.name)
     ctx.step("run")
     try:
@@ -255,7 +261,8 @@ class _Stream:
 
 
 def _deadline(case, plan: dict) -> float:
-    """A case's deadline in seconds: its ``timeout_s``, else the run's ``--case-timeout``."""
+    """A case's deadline in seconds: its ``timeout_s``, else the run's ``--case-timeout``
+    (also for a case whose file could not be loaded: ``case`` is ``None``)."""
     return float(getattr(case, "timeout_s", None) or plan["case_timeout_s"])
 
 
@@ -302,7 +309,11 @@ def run_plan(plan: dict, rank: int, out: _Stream) -> Tuple[ShardBackend, bool]:
     """
     cases, load_errors = _load_cases(plan["cases"])
     backend = load_backend(plan["platform"])
-    backend.init(plan["device_kind"], timeout_s=float(plan["case_timeout_s"]) / 2)
+    # The process-group timeout (one per launch) is half the longest deadline among the plan's
+    # cases: shorter than that case's deadline, and long enough for a peer that is legitimately
+    # slow inside a long case (a rank waiting for it at the fence waits this long at most).
+    pg_timeout_s = max(_deadline(cases.get(sc.name), plan) for sc in plan["cases"]) / 2
+    backend.init(plan["device_kind"], timeout_s=pg_timeout_s)
     expected = math.prod(plan["mesh_shape"])
     if backend.world_size() != expected:  # the launcher's nproc must be prod(mesh_shape) (seed 000 §3.4)
         raise RuntimeError(f"launch {plan['group_id']} has {backend.world_size()} ranks but its mesh "
@@ -318,8 +329,12 @@ def run_plan(plan: dict, rank: int, out: _Stream) -> Tuple[ShardBackend, bool]:
         # Every rank, after every case: a bounded barrier. A rank that skipped a collective
         # waits here instead of pairing with its peers' next case; after an error the short
         # timeout is the health probe that decides between continuing and a fresh launch.
-        fence_s = float(plan["case_timeout_s"]) / 4 if status == "error" else _deadline(case, plan)
-        out.emit({"event": "fence", "case": sc.name, "timeout_s": fence_s})
+        # A peer still inside the case is killed at its deadline (+ the stack-dump grace) by the
+        # runner, so the fence outwaits that: the hang is reported as the peer's timeout, with
+        # stacks. Only rank 0 applies ``fence_s`` (gloo's monitored_barrier); the others wait at
+        # most the process-group timeout, which the watcher is told too.
+        fence_s = float(plan["case_timeout_s"]) / 4 if status == "error" else _deadline(case, plan) + FENCE_MARGIN_S
+        out.emit({"event": "fence", "case": sc.name, "timeout_s": max(fence_s, pg_timeout_s)})
         if not backend.case_fence(timeout_s=fence_s):
             log.info("case %s: not every rank reached its end within %.0fs (after %s here); giving up this launch",
                      sc.name, fence_s, status)

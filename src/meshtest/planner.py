@@ -21,6 +21,10 @@ PLAN_VERSION = 1
 #: Default deadline of one case, in seconds (a launch's deadline is the sum over its cases
 #: plus the runner's launch overhead). The process group timeout is half of it.
 DEFAULT_CASE_TIMEOUT_S = 120.0
+#: Seconds a rank that finished a case waits at the end-of-case fence beyond the case deadline:
+#: more than the runner's stack-dump grace (3 s), so a peer stuck inside the case is reported as
+#: that peer's timeout (with stacks) before the waiting rank gives up.
+FENCE_MARGIN_S = 15.0
 #: Exit code of a rank that gave up its launch (end-of-case fence failed); the runner relaunches
 #: the cases not yet recorded by every rank.
 GAVE_UP_EXIT = 3

@@ -197,6 +197,8 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
         if clashes < RENDEZVOUS_RETRIES and rendezvous_clashed(res, sub_dir):
             clashes += 1
             aside = f"{sub_dir}.addrinuse{clashes}"
+            if os.path.exists(aside):  # a reused --artifacts-dir: keep the earlier run's too
+                aside += f"-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
             os.rename(sub_dir, aside)
             new_port = free_port() if port is not None else None
             header = (f"rendezvous retry {clashes}/{RENDEZVOUS_RETRIES}: the previous launch failed with address "

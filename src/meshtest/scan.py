@@ -33,6 +33,16 @@ REGISTER_CALLS = ("register", "register_sweep")
 _SCANNED_FIELDS = ("name", "mesh_shape", "mesh_dim_names", "tags", "needs_mesh", "solo_launcher")
 _SWEEP_FIELDS = _SCANNED_FIELDS + ("partial_inputs", "partial_ops", "max_partial_inputs")
 _SCENARIO_FIELDS = ("name", "mesh_shape", "mesh_dim_names", "tags", "solo_launcher", "requires", "spec_id")
+#: Every keyword each case constructor accepts, so a misspelt or foreign field (``needs_mesh=``
+#: on a ScenarioCase) fails at target generation, naming the case (rule ``unknown-field``).
+#: src/tests/test_scenario.py keeps these equal to the dataclasses' fields.
+CASE_FIELDS = {
+    "OpShardCase": ("name", "fn", "inputs", "placements", "mesh_shape", "mesh_dim_names", "compare", "tags",
+                    "derived_inputs", "compare_outputs", "needs_mesh", "solo_launcher", "known_failure",
+                    "grad_compare", "timeout_s"),
+    "ScenarioCase": ("name", "fn", "mesh_shape", "mesh_dim_names", "tags", "requires", "spec_id", "divergence",
+                     "known_failure", "solo_launcher", "timeout_s"),
+}
 
 
 @dataclass(frozen=True)
@@ -225,6 +235,14 @@ def _check_placement_shapes(path: str, name: str, mesh_shape: Tuple[int, ...], k
             raise rules.placement_arity_error(path, name, f"inputs[{i}]", text, mesh_shape)
 
 
+def _check_known_fields(path: str, name: str, callee: str, kw: Dict[str, ast.AST]) -> None:
+    unknown = sorted(set(kw) - set(CASE_FIELDS[callee]))
+    if unknown:
+        raise CaseDeclarationError(path, name, "unknown-field",
+                                   f"{callee} has no field(s) {', '.join(unknown)}; its fields are "
+                                   f"{', '.join(CASE_FIELDS[callee])}")
+
+
 def _scan_register_call(path: str, call: ast.Call, literals: Dict[str, object]) -> ScannedCase:
     lineno = call.lineno
     if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Call):
@@ -235,11 +253,14 @@ def _scan_register_call(path: str, call: ast.Call, literals: Dict[str, object]) 
             path, None, "static-scan",
             f"register() argument must be written as {' or '.join(CASE_CONSTRUCTORS)}(...) directly",
         )
-    if _callee_name(ctor.func) == "ScenarioCase":
+    callee = _callee_name(ctor.func)
+    if callee == "ScenarioCase":
         kw, values, name, mesh_shape = _keyword_call(path, ctor, _SCENARIO_FIELDS, literals, "ScenarioCase")
+        _check_known_fields(path, name, callee, kw)
         values["needs_mesh"] = True
         return _scanned(path, name, mesh_shape, values, lineno, kind="scenario")
     kw, values, name, mesh_shape = _keyword_call(path, ctor, _SCANNED_FIELDS, literals, "OpShardCase")
+    _check_known_fields(path, name, "OpShardCase", kw)
     _check_placement_shapes(path, name, mesh_shape, kw)
     return _scanned(path, name, mesh_shape, values, lineno)
 

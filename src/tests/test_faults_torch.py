@@ -43,6 +43,10 @@ def _run(tmp_path, *files, extra=()):
     return proc, out, results
 
 
+def _out_dir(fault_run):
+    return fault_run[2]
+
+
 def _by_rank(outcome):
     return {f["rank"]: f for f in outcome["failures"]}
 
@@ -62,7 +66,7 @@ def _assert_nothing_leaked(tmp_path, out, killed_holders=0):
 @pytest.fixture(scope="module")
 def fault_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("faults")
-    proc, out, results = _run(tmp_path, "case_faults.py", "case_faults_import.py")
+    proc, out, results = _run(tmp_path, "case_faults.py", "case_faults_import.py", extra=("--case-timeout", "20"))
     return tmp_path, proc, out, results
 
 
@@ -75,6 +79,8 @@ def test_every_fault_is_reported_and_every_later_case_still_runs(fault_run):
         "fault_before": "pass",
         "fault_hang_loop": "timeout", "fault_after_hang": "pass",
         "fault_skip_collective": "timeout", "fault_after_skip": "pass",
+        "fault_skip_collective_rank0": "timeout", "fault_after_skip_rank0": "pass",
+        "slow_rank0_within_deadline": "pass",
         "fault_exit": "crash", "fault_after_exit": "pass",
         "fault_segv": "crash", "fault_after_segv": "pass",
         "fault_sigkill": "crash", "fault_after_sigkill": "pass",
@@ -109,6 +115,10 @@ def test_skipped_collective_is_a_timeout_in_its_own_case(fault_run):
     assert skip[0]["status"] == "timeout" and skip[0]["step"] == "all_reduce"
     assert skip[1]["status"] == "waited" and skip[1]["step"] == "fence"  # rank 1 finished and waited at the end
     assert results["fault_after_skip"]["status"] == "pass"  # not blamed for rank 0's pending all_reduce
+    # Rank 0 coordinates the fence: it outwaits rank 1's deadline, so rank 1 is the one reported.
+    skip0 = _by_rank(results["fault_skip_collective_rank0"])
+    assert (skip0[1]["status"], skip0[1]["step"]) == ("timeout", "all_reduce")
+    assert (skip0[0]["status"], skip0[0]["step"]) == ("waited", "fence")
 
 
 @pytest.mark.parametrize("case,rank,why", [
@@ -133,7 +143,9 @@ def test_assertion_failure_does_not_relaunch_but_a_broken_group_does(fault_run):
     # A destroyed communicator fails the probe: the next case runs in a fresh launch.
     assert launch["fault_after_broken"] != launch["fault_broken_communicator"]
     assert "a rank's end-of-case fence failed" in proc.stdout
-    assert "/case_faults_import.py: 17/17 case(s) done, launch w2-2" in proc.stdout  # live progress lines
+    broken_log = (_out_dir(fault_run) / "ranks" / launch["fault_broken_communicator"] / "rank1.log").read_text()
+    assert "case fence failed: ValueError" in broken_log  # the destroyed group ends the rank cleanly
+    assert "/case_faults_import.py: 20/20 case(s) done, launch w2-2" in proc.stdout  # live progress lines
 
 
 TEARDOWN = "case_faults_teardown.py"

@@ -154,3 +154,18 @@ def test_spec_table_counts_and_reasons(tmp_path):
     cases = {c.name: c for suite in JUnitXml.fromfile(str(path)) for c in suite}
     (skip,) = cases["b6"].result
     assert skip.type == "unsupported" and "tp.no_parallel" in skip.message
+
+
+def test_scan_rejects_a_field_the_constructor_does_not_have():
+    scan = scan_case_source("f.py", SOURCE.replace('spec_id="A1"', 'spec_id="A1", needs_mesh=False'))
+    assert "tp_A1_x" in scan.error and "rule unknown-field" in scan.error and "needs_mesh" in scan.error
+
+
+def test_scanned_field_lists_match_the_dataclasses():
+    import dataclasses
+
+    from meshtest.scan import CASE_FIELDS
+    from meshtest.spec import OpShardCase
+
+    assert CASE_FIELDS["ScenarioCase"] == tuple(f.name for f in dataclasses.fields(ScenarioCase))
+    assert CASE_FIELDS["OpShardCase"] == tuple(f.name for f in dataclasses.fields(OpShardCase))

@@ -177,20 +177,24 @@ def _a2_prepare_input_on_2d_mesh(ctx):
     mesh = ctx.mesh
     assert mesh.ndim == 2, f"expected the 2-D (dp, tp) mesh, got ndim={mesh.ndim}"
     ctx.step("PrepareModuleInput on 2-D mesh")
-    # PrepareModuleInput._apply only registers a pre-hook: nothing checks the mesh.
+    # Seed 003 §4.2 / §9.3: ValueError. torch 2.13: PrepareModuleInput._apply only registers a
+    # pre-hook and nothing checks the mesh (see the known_failure reason).
     lin = _linear(ctx, 8, 8)
-    api.parallelize_module(lin, mesh, api.PrepareModuleInput(input_layouts=api.Shard(0),
-                                                             desired_input_layouts=api.Replicate()))
-    assert len(lin._forward_pre_hooks) == 1, "PrepareModuleInput registered no pre-hook"
-    assert not isinstance(lin.weight, api.DTensor), "PrepareModuleInput must not touch parameters"
+    snap = _snapshot(lin)
+    _expect_raises(ctx, ValueError, ("1D",), lambda: api.parallelize_module(
+        lin, mesh, api.PrepareModuleInput(input_layouts=api.Shard(0), desired_input_layouts=api.Replicate())))
+    _assert_unchanged(ctx, lin, snap, "2-D mesh rejected")
 
 
 register(ScenarioCase(
-    name="tp_A2_prepare_module_input_accepts_2d_mesh",
+    name="tp_A2_prepare_module_input_rejects_2d_mesh",
     fn=_a2_prepare_input_on_2d_mesh,
     mesh_shape=MESH_1X2, mesh_dim_names=DP_TP, tags=L0, requires=("tp.styles",), spec_id="A2",
-    divergence=("seed: any 2-D mesh passed to parallelize_module raises ValueError (use device_mesh['tp']); "
-                "torch 2.13: PrepareModuleInput registers its pre-hook on a 2-D mesh with no error"),
+    known_failure=("torch 2.13 bug: parallelize_module(m, <2-D mesh>, PrepareModuleInput(Shard(0) -> Replicate())) "
+                   "raises nothing; on forward its hook hands the module a DTensor with ONE placement "
+                   "(Replicate(),) on the 2-D mesh (checked on a (1, 2) mesh), which breaks DTensor's invariant "
+                   "of one placement per mesh dim. torch's docstring says parallelize_module only accepts a 1-D "
+                   "DeviceMesh; the seed requires ValueError."),
 ))
 
 

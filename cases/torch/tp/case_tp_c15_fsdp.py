@@ -40,7 +40,7 @@ import copy
 
 from meshtest import ScenarioCase, register
 
-L1 = ("cpu_level1", "npu_level1")
+L1 = ("cpu_level1", "npu_level0", "npu_level1")  # seed 003 §8.2 E: C15 is must-run on 4 NPU cards
 MESH22 = (2, 2)
 DP_TP = ("dp", "tp")
 RTOL = 1.5e-4

@@ -1,5 +1,5 @@
 """Seed 003 §8.2 class C (C1–C14; C15 lives in case_tp_c15_fsdp.py): TP numerics on 2 ranks, and
-C6, C10, C12 also on 4 ranks (the 4-card items of §8.2 E, at the end of the file), against a
+C6, C10, C12 on 4 ranks as well (the 4-card items of §8.2 E, at the end of the file), against a
 single-device reference.
 
 Every case builds the full module once (``torch.manual_seed`` so every rank builds identical full
@@ -58,7 +58,11 @@ import copy
 from meshtest import ScenarioCase, register
 
 L1_NPU0 = ("cpu_level1", "npu_level0", "npu_level1")
-L1 = ("cpu_level1", "npu_level1")
+# Seed 003 §8.2 E: on CPU/gloo level0 runs the hooks that do not depend on HCCL — the
+# PrepareModule* layout conversions (C10, C11, C12 on 2 ranks); the 4-card items (C6 backward,
+# C10, C12) are must-run on NPU, hence npu_level0.
+HOOKS_L0 = ("cpu_level0", "cpu_level1", "npu_level0", "npu_level1")
+L1 = ("cpu_level1", "npu_level0", "npu_level1")
 MESH2 = (2,)
 MESH4 = (4,)
 TP = ("tp",)
@@ -652,7 +656,7 @@ def _c10_prepare_input_colwise(ctx):
 register(ScenarioCase(
     name="tp_C10_prepare_input_then_colwise_fwd_bwd",
     fn=_c10_prepare_input_colwise,
-    mesh_shape=MESH2, mesh_dim_names=TP, tags=L1_NPU0,
+    mesh_shape=MESH2, mesh_dim_names=TP, tags=HOOKS_L0,
     requires=("dtensor", "tp.styles"),
     spec_id="C10",
 ))
@@ -701,7 +705,7 @@ def _c11_rowwise_then_prepare_output(ctx):
 register(ScenarioCase(
     name="tp_C11_rowwise_then_prepare_output_fwd_bwd",
     fn=_c11_rowwise_then_prepare_output,
-    mesh_shape=MESH2, mesh_dim_names=TP, tags=L1_NPU0,
+    mesh_shape=MESH2, mesh_dim_names=TP, tags=HOOKS_L0,
     requires=("dtensor", "tp.styles"),
     spec_id="C11",
 ))
@@ -717,7 +721,7 @@ def _c11_rowwise_partial_then_prepare_output(ctx):
 register(ScenarioCase(
     name="tp_C11_rowwise_partial_then_prepare_output_fwd_bwd",
     fn=_c11_rowwise_partial_then_prepare_output,
-    mesh_shape=MESH2, mesh_dim_names=TP, tags=L1_NPU0,
+    mesh_shape=MESH2, mesh_dim_names=TP, tags=HOOKS_L0,
     requires=("dtensor", "tp.styles"),
     spec_id="C11",
 ))
@@ -1138,6 +1142,15 @@ register(ScenarioCase(
     name="tp_C12_prepare_input_output_mlp_block_fwd_bwd_4",
     fn=_c12_prepare_io_mlp_block_4,
     mesh_shape=MESH4, mesh_dim_names=TP, tags=L1,
+    requires=("dtensor", "tp.styles"),
+    spec_id="C12",
+))
+
+
+register(ScenarioCase(
+    name="tp_C12_prepare_input_output_mlp_block_fwd_bwd",
+    fn=_c12_prepare_io_mlp_block_4,  # written for any tp size dividing 8 (sequence) and 32 (fc1 out)
+    mesh_shape=MESH2, mesh_dim_names=TP, tags=HOOKS_L0,
     requires=("dtensor", "tp.styles"),
     spec_id="C12",
 ))

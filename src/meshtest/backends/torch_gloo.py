@@ -116,12 +116,13 @@ class TorchGlooBackend(ShardBackend):
     def case_fence(self, timeout_s: float) -> bool:
         """``dist.monitored_barrier`` (gloo): point-to-point with rank 0 on its own tag, so it
         never pairs with a collective a peer is still inside; rank 0's error names the ranks
-        that did not arrive (logged)."""
+        that did not arrive (logged). Only rank 0 applies ``timeout_s``; the other ranks wait at
+        most the process group's timeout."""
         try:
             dist.monitored_barrier(timeout=datetime.timedelta(seconds=timeout_s), wait_all_ranks=True)
             return True
-        except RuntimeError as e:
-            print(f"meshtest: case fence failed: {e}", flush=True)
+        except Exception as e:  # RuntimeError (timeout, peer gone), ValueError (group destroyed), ...
+            print(f"meshtest: case fence failed: {type(e).__name__}: {e}", flush=True)
             return False
 
     def shutdown(self) -> None:
@@ -139,8 +140,8 @@ class TorchGlooBackend(ShardBackend):
             found.add("tp.styles")
         if hasattr(tp, "NoParallel"):
             found.add("tp.no_parallel")
-        if all("reduce_dtype" in inspect.signature(getattr(tp, n)).parameters
-               for n in ("RowwiseParallel", "PrepareModuleOutput") if hasattr(tp, n)):
+        if all(hasattr(tp, n) and "reduce_dtype" in inspect.signature(getattr(tp, n)).parameters
+               for n in ("RowwiseParallel", "PrepareModuleOutput")):
             found.add("tp.reduce_dtype")
         if hasattr(tp, "loss_parallel"):
             found.add("loss_parallel")
