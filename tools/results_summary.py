@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Print one line per case target and a closing total from the per-target results that
-``./pants test`` leaves under ``dist/test/<target>/results.jsonl``.
+``./pants test`` leaves under ``dist/test/<target>/results.jsonl``. The total counts each case
+once (from the newest run that recorded it), so a case run at two gates is not counted twice.
 
 When cases carry test-plan IDs (``spec_id``), it also prints the ID table over all runs.
 
@@ -31,16 +32,11 @@ def collect(root: str) -> Dict[str, List[dict]]:
     return found
 
 
-def spec_table_lines(found: Dict[str, List[dict]]) -> List[str]:
-    """The table test-plan ID → outcomes over every run under the root (each case once: a case
-    that ran in several runs, e.g. at level0 and at level1, is taken from the last run listed),
-    rendered by meshtest's own reporter (stdlib-only) so it reads as each run's table does."""
-    by_case: Dict[str, dict] = {}
-    for target in sorted(found):
-        for o in found[target]:
-            if o.get("spec_id"):
-                by_case[o["case"]] = o
-    if not by_case:
+def spec_table_lines(cases: Dict[str, dict]) -> List[str]:
+    """The table test-plan ID → outcomes over every case (see :func:`newest_per_case`), rendered
+    by meshtest's own reporter (stdlib-only) so it reads as each run's table does."""
+    with_id = [o for o in cases.values() if o.get("spec_id")]
+    if not with_id:
         return []
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
     from meshtest.reporter import CaseOutcome, spec_table
@@ -48,27 +44,34 @@ def spec_table_lines(found: Dict[str, List[dict]]) -> List[str]:
     fields = set(CaseOutcome.__dataclass_fields__)
     return ["all runs: " + line if i == 0 else line
             for i, line in enumerate(spec_table([CaseOutcome(**{k: v for k, v in o.items() if k in fields})
-                                                 for o in by_case.values()]))]
+                                                 for o in with_id]))]
+
+
+def newest_per_case(root: str, found: Dict[str, List[dict]]) -> Dict[str, dict]:
+    """Each case once: a case that several runs recorded (e.g. the cpu_level0 job and a
+    cpu_level1 run of the same files) is taken from the run whose results.jsonl is newest."""
+    order = sorted(found, key=lambda name: os.path.getmtime(os.path.join(root, name, "results.jsonl")))
+    return {f"{o['file']}::{o['case']}": o for name in order for o in found[name]}
 
 
 def main(argv: List[str]) -> int:
     root = argv[1] if len(argv) > 1 else os.path.join("dist", "test")
     found = collect(root)
-    passed = failed = unsupported = 0
     for target in sorted(found):
         outcomes = found[target]
         ok = sum(o["status"] in PASSING for o in outcomes)
         neutral = sum(o["status"] in NEUTRAL for o in outcomes)
-        passed += ok
-        unsupported += neutral
-        failed += len(outcomes) - ok - neutral
         bad = [f"{o['case']}={o['status']}" for o in outcomes if o["status"] not in PASSING + NEUTRAL]
         print(f"{target}: {ok}/{len(outcomes)} passed" + (f", {neutral} unsupported on platform" if neutral else "")
               + (f"; failing: {', '.join(bad)}" if bad else ""))
     if not found:
         print(f"no results.jsonl under {root}")
-    for line in spec_table_lines(found):
+    cases = newest_per_case(root, found)
+    for line in spec_table_lines(cases):
         print(line)
+    passed = sum(o["status"] in PASSING for o in cases.values())
+    unsupported = sum(o["status"] in NEUTRAL for o in cases.values())
+    failed = len(cases) - passed - unsupported
     if unsupported:
         print(f"meshtest: {unsupported} unsupported on platform")
     print(f"meshtest: {passed} passed, {failed} failed")
