@@ -1011,42 +1011,9 @@ register(ScenarioCase(
 
 # ---------------------------------------------------------------- C6
 
-def _c6_sp_layernorm_4(ctx):
-    """SequenceParallel LayerNorm(8) (random affine params) on (B=2, S=8, H=8), 2 positions per rank.
-    Local chunk = reference slice; full_tensor = reference; weight/bias grads (Partial per rank)
-    gathered = reference; input chunk grad = reference slice."""
-    api = ctx.api
-    torch, nn = api.torch, api.nn
-    torch.manual_seed(406)
-    ln = nn.LayerNorm(8)
-    with torch.no_grad():
-        ln.weight.copy_(torch.randn(8))
-        ln.bias.copy_(torch.randn(8))
-    ref = copy.deepcopy(ln)
-    x = torch.randn(2, 8, 8)
-    G = torch.randn(2, 8, 8)
-    ctx.step("apply")
-    api.parallelize_module(ln, ctx.mesh, api.SequenceParallel())
-    ctx.step("forward")
-    blk = _blk(8, ctx)
-    xt = x[:, blk].clone().requires_grad_(True)
-    y = ln(xt)
-    xr = x.clone().requires_grad_(True)
-    yr = ref(xr)
-    assert isinstance(y, api.DTensor) and tuple(y.placements) == (api.Shard(1),), \
-        f"output must stay a Shard(1) DTensor, got {type(y)} {getattr(y, 'placements', None)}"
-    ctx.assert_close(y.to_local().detach(), yr.detach()[:, blk], rtol=RTOL, atol=ATOL, label="local chunk vs reference slice")
-    ctx.assert_close(y.full_tensor().detach(), yr.detach(), rtol=RTOL, atol=ATOL, label="gathered output")
-    ctx.step("backward")
-    (y.to_local() * G[:, blk]).sum().backward()
-    (yr * G).sum().backward()
-    _check_param_grads(ctx, ln, ref)
-    ctx.assert_close(xt.grad, xr.grad[:, blk], rtol=RTOL, atol=ATOL, label="input chunk grad")
-
-
 register(ScenarioCase(
     name="tp_C6_sequence_parallel_layernorm_fwd_bwd_4",
-    fn=_c6_sp_layernorm_4,
+    fn=_c6_sp_layernorm,  # the 2-rank function: written for any tp size dividing its dims
     mesh_shape=MESH4, mesh_dim_names=TP, tags=L1,
     requires=("dtensor", "tp.styles"),
     spec_id="C6",
@@ -1055,41 +1022,9 @@ register(ScenarioCase(
 
 # ---------------------------------------------------------------- C10
 
-def _c10_prepare_input_colwise_4(ctx):
-    """Block(proj=Linear(16->32)): PrepareModuleInput(Shard(0) -> Replicate) on the block, Colwise
-    on proj; rank r feeds batch rows x[blk_r] (2 of 8), gets output columns cols_r (8 of 32) for the
-    whole batch. L_r = sum(y_r * G[:, cols_r]); param grads gathered along dim 0 = reference; the
-    all-gather's backward reduce-scatters the partial input grads -> x[blk_r] grad = reference rows."""
-    api = ctx.api
-    torch, nn = api.torch, api.nn
-    torch.manual_seed(410)
-    block = nn.Sequential()
-    block.add_module("proj", nn.Linear(16, 32))
-    ref = copy.deepcopy(block)
-    x = torch.randn(8, 16)
-    G = torch.randn(8, 32)
-    ctx.step("apply")
-    api.parallelize_module(block, ctx.mesh, {"proj": api.ColwiseParallel()})
-    api.parallelize_module(block, ctx.mesh, api.PrepareModuleInput(input_layouts=api.Shard(0),
-                                                                   desired_input_layouts=api.Replicate()))
-    ctx.step("forward")
-    rows, cols = _blk(8, ctx), _blk(32, ctx)
-    xt = x[rows].clone().requires_grad_(True)
-    y = block(xt)
-    xr = x.clone().requires_grad_(True)
-    yr = ref(xr)
-    ctx.assert_close(_plain(y), yr.detach()[:, cols], rtol=RTOL, atol=ATOL, label="local output = reference columns, all rows")
-    ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(1)), yr.detach(), rtol=RTOL, atol=ATOL, label="gathered output")
-    ctx.step("backward")
-    (y * G[:, cols]).sum().backward()
-    (yr * G).sum().backward()
-    _check_param_grads(ctx, block, ref)
-    ctx.assert_close(xt.grad, xr.grad[rows], rtol=RTOL, atol=ATOL, label="input rows grad")
-
-
 register(ScenarioCase(
     name="tp_C10_prepare_input_then_colwise_fwd_bwd_4",
-    fn=_c10_prepare_input_colwise_4,
+    fn=_c10_prepare_input_colwise,  # the 2-rank function: written for any tp size dividing its dims
     mesh_shape=MESH4, mesh_dim_names=TP, tags=L1,
     requires=("dtensor", "tp.styles"),
     spec_id="C10",
@@ -1098,7 +1033,7 @@ register(ScenarioCase(
 
 # ---------------------------------------------------------------- C12
 
-def _c12_prepare_io_mlp_block_4(ctx):
+def _c12_prepare_io_mlp_block(ctx):
     """MLP block (fc1 Linear(16->32) Colwise, relu, fc2 Linear(32->16) Rowwise) wrapped with
     PrepareModuleInputOutput(input Shard(1) -> Replicate, output Replicate -> Shard(1)): rank r
     feeds sequence positions blk_r of x (B=2, S=8, H=16), the block all-gathers them, runs the TP
@@ -1140,7 +1075,7 @@ def _c12_prepare_io_mlp_block_4(ctx):
 
 register(ScenarioCase(
     name="tp_C12_prepare_input_output_mlp_block_fwd_bwd_4",
-    fn=_c12_prepare_io_mlp_block_4,
+    fn=_c12_prepare_io_mlp_block,
     mesh_shape=MESH4, mesh_dim_names=TP, tags=L1,
     requires=("dtensor", "tp.styles"),
     spec_id="C12",
@@ -1149,7 +1084,7 @@ register(ScenarioCase(
 
 register(ScenarioCase(
     name="tp_C12_prepare_input_output_mlp_block_fwd_bwd",
-    fn=_c12_prepare_io_mlp_block_4,  # written for any tp size dividing 8 (sequence) and 32 (fc1 out)
+    fn=_c12_prepare_io_mlp_block,  # written for any tp size dividing 8 (sequence) and 32 (fc1 out)
     mesh_shape=MESH2, mesh_dim_names=TP, tags=HOOKS_L0,
     requires=("dtensor", "tp.styles"),
     spec_id="C12",
