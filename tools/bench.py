@@ -9,7 +9,7 @@ Usage: ``python3 tools/bench.py [--skip-suite] [--skip-packing] [--scale 0.1]``
    selects only that file). Launches are counted from the slot pool's audit log.
 2. Packing on a simulated 8-slot pool: a seed-like mix of 2-, 4- and 8-rank targets (per-launch
    costs measured on this machine: 4.4 / 6.5 / 11.0 s for 2 / 4 / 8 ranks, plus case time)
-   runs through the real :class:`meshtest.slots.SlotPool` with 4 concurrent requesters (Pants'
+   runs through the real :class:`meshtest.parent.slots.SlotPool` with 4 concurrent requesters (Pants'
    executor as configured), durations scaled by ``--scale``; its slot-time utilization is set
    next to the seed's plan (seed 000 §8.6: groups packed first-fit-decreasing into 8-card
    batches that run one after another, each lasting as long as its longest group) on the same mix.
@@ -29,7 +29,7 @@ from typing import List, Sequence, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-from meshtest.slots import SlotPool, audit_stats, read_audit  # noqa: E402
+from meshtest.parent.slots import SlotPool, audit_stats, read_audit  # noqa: E402
 
 PANTS_SLOT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "pants", "named_caches", "meshtest_slots")
 LAUNCH_COST_S = {2: 4.4, 4: 6.5, 8: 11.0}  # offline-pants notes, torchrun init + mesh + destroy

@@ -11,24 +11,24 @@ artifact store or a local ``dist/``.
 
 Usage: ``python3 tools/report_index.py [dist/test]``; prints where the index is. Exit code 0
 (the pass/fail verdict is ``tools/results_summary.py``'s). Stdlib only (CI runs it with the
-system ``python3``); templating: :class:`string.Template`, every value through
-:func:`html.escape`.
+system ``python3``): it reads the runs with meshtest's own ``meshtest.report.results.collect``
+and judges them with ``meshtest.status``; templating: :class:`string.Template`, every value
+through :func:`html.escape`.
 """
 from __future__ import annotations
 
 import html
-import json
 import os
 import sys
 from string import Template
 from typing import Dict, List, Optional, Sequence
 from urllib.parse import quote
 
-#: Column order of the status counts; any other status a run records follows these.
-STATUSES = ("pass", "fail", "error", "timeout", "crash", "missing", "xfail", "xpass", "unsupported", "not_run")
-#: As in tools/results_summary.py: a target fails when a case has neither of these statuses.
-PASSING = ("pass", "xfail")
-NEUTRAL = ("unsupported",)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+from meshtest.contract import CaseOutcome  # noqa: E402
+from meshtest.report.results import collect  # noqa: E402
+from meshtest.status import REPORT_ORDER, Status  # noqa: E402
+
 #: Result files a target row links to when present, besides report.html.
 OTHER_FILES = ("summary.txt", "results.jsonl", "junit.xml")
 
@@ -67,31 +67,20 @@ def _fill(template: Template, raw: Sequence[str] = (), **values: object) -> str:
     return template.substitute({k: (v if k in raw else html.escape(str(v), quote=True)) for k, v in values.items()})
 
 
-def collect(root: str) -> Dict[str, List[dict]]:
-    """``{test run dir: [outcome, ...]}`` from ``<root>/<dir>/results.jsonl``, one level deep
-    (the per-file copies under ``<dir>/targets/`` are not listed twice)."""
-    found: Dict[str, List[dict]] = {}
-    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-        path = os.path.join(root, name, "results.jsonl")
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                found[name] = [json.loads(line) for line in f if line.strip()]
-    return found
+def is_failing(outcomes: Sequence[CaseOutcome]) -> bool:
+    """Whether a test run fails: some case has a failing status (``meshtest.status.FAILING``)."""
+    return any(o.status.failing for o in outcomes)
 
 
-def is_failing(outcomes: Sequence[dict]) -> bool:
-    return any(o.get("status") not in PASSING + NEUTRAL for o in outcomes)
-
-
-def _counts(outcomes: Sequence[dict]) -> Dict[str, int]:
-    c: Dict[str, int] = {}
+def _counts(outcomes: Sequence[CaseOutcome]) -> Dict[Status, int]:
+    c: Dict[Status, int] = {}
     for o in outcomes:
-        c[o.get("status", "?")] = c.get(o.get("status", "?"), 0) + 1
+        c[o.status] = c.get(o.status, 0) + 1
     return c
 
 
-def _slowest(outcomes: Sequence[dict]) -> Optional[dict]:
-    return max(outcomes, key=lambda o: o.get("slowest_s") or 0.0, default=None)
+def _slowest(outcomes: Sequence[CaseOutcome]) -> Optional[CaseOutcome]:
+    return max(outcomes, key=lambda o: o.slowest_s, default=None)
 
 
 def _q(name: str) -> str:
@@ -99,23 +88,23 @@ def _q(name: str) -> str:
     return quote(name, safe="+")
 
 
-def _case_html(target: str, case: str, status: str, has_report: bool) -> str:
+def _case_html(target: str, case: str, status: Status, has_report: bool) -> str:
     if has_report:
         return _fill(_CASE_LINK, href=f"{_q(target)}/report.html#{quote(case)}", case=case, status=status)
     return _fill(_CASE_TEXT, case=case, status=status)
 
 
-def _row(root: str, target: str, outcomes: Sequence[dict], statuses: Sequence[str]) -> str:
+def _row(root: str, target: str, outcomes: Sequence[CaseOutcome], statuses: Sequence[Status]) -> str:
     counts = _counts(outcomes)
     has_report = os.path.isfile(os.path.join(root, target, "report.html"))
     slow = _slowest(outcomes)
     slowest = ""
     if slow is not None:
-        rank = slow.get("slowest_rank")
+        rank = slow.slowest_rank
         slowest = _fill(_SLOWEST, raw=("case_html",),
-                        case_html=_case_html(target, slow["case"], slow.get("status", "?"), has_report),
-                        seconds=f"{slow.get('slowest_s') or 0.0:.3f}", rank="" if rank is None else f", rank {rank}")
-    failing = [o for o in outcomes if o.get("status") not in PASSING + NEUTRAL]
+                        case_html=_case_html(target, slow.case, slow.status, has_report),
+                        seconds=f"{slow.slowest_s:.3f}", rank="" if rank is None else f", rank {rank}")
+    failing = [o for o in outcomes if o.status.failing]
     files = [_fill(_LINK, href=f"{_q(target)}/{name}", text=name)
              for name in OTHER_FILES if os.path.isfile(os.path.join(root, target, name))]
     return _fill(
@@ -123,14 +112,13 @@ def _row(root: str, target: str, outcomes: Sequence[dict], statuses: Sequence[st
         verdict="failing" if failing else "passing" if outcomes else "no-cases", target=target, target_id=f"target-{target}",
         report_href=f"{_q(target)}/report.html", total=len(outcomes), slowest=slowest,
         counts="".join(_fill(_COUNT, status=s, n=counts.get(s, 0), zero="" if counts.get(s) else " zero") for s in statuses),
-        failing_cases="<br>".join(_case_html(target, o["case"], o.get("status", "?"), has_report) for o in failing),
+        failing_cases="<br>".join(_case_html(target, o.case, o.status, has_report) for o in failing),
         files=" ".join(files))
 
 
-def render(root: str, found: Dict[str, List[dict]]) -> str:
+def render(root: str, found: Dict[str, List[CaseOutcome]]) -> str:
     """The index page for ``found`` (``collect(root)``); links are relative to ``root``."""
-    seen = {o.get("status", "?") for outcomes in found.values() for o in outcomes}
-    statuses = list(STATUSES) + sorted(seen - set(STATUSES))
+    statuses = list(REPORT_ORDER)
     order = sorted(found, key=lambda t: (not is_failing(found[t]), t))
     rows = [_row(root, t, found[t], statuses) for t in order]
     if not rows:

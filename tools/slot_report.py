@@ -5,7 +5,7 @@ Usage: ``python3 tools/slot_report.py [SLOT_DIR] [--since UNIX_TIME]``
 
 SLOT_DIR defaults to ``$MESHTEST_SLOT_DIR``, else Pants' named cache
 ``~/.cache/pants/named_caches/meshtest_slots`` (where ``./pants test`` keeps the pool).
-The figures come from :func:`meshtest.slots.audit_stats`.
+The figures come from :func:`meshtest.parent.slots.audit_stats`.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-from meshtest.slots import audit_stats, read_audit  # noqa: E402
+from meshtest.parent.slots import audit_stats, read_audit  # noqa: E402
 
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "pants", "named_caches", "meshtest_slots")
 

@@ -18,7 +18,7 @@ from typing import Any, Sequence, Tuple
 
 import numpy as np
 
-from meshtest.backend import ShardBackend
+from meshtest.platforms.backend import ShardBackend
 
 
 @dataclass
@@ -91,7 +91,7 @@ class NumpyExampleBackend(ShardBackend):
     def shutdown(self) -> None:
         pass
 
-    # Scenario cases: what this platform provides (names from meshtest.rules.FEATURES) and the
+    # Scenario cases: what this platform provides (names from meshtest.model.rules.FEATURES) and the
     # namespace they receive as ctx.api. No tensor-parallel styles here, so a case requiring
     # "tp.styles" is reported "unsupported on platform numpy-example".
     def features(self) -> frozenset:

@@ -2,33 +2,35 @@
 
 A case file declares cases with :func:`register` and :class:`OpShardCase`; meshtest plans
 them into launches, runs the single-device reference and the distributed op on every rank,
-gathers and compares. This package (minus :mod:`meshtest.backends`) never imports a
-platform such as torch.
+gathers and compares. This package (minus the adapters in :mod:`meshtest.platforms`) never
+imports a platform such as torch. The layout and the data flow: docs/architecture.md.
 
-Names are exported lazily (PEP 562) so that ``import meshtest.scan`` — done by the Pants
+Names are exported lazily (PEP 562) so that ``import meshtest.model.scan`` — done by the Pants
 plugin inside Pants' own interpreter, which has no NumPy — loads only the stdlib scanner.
 """
 import importlib
 
 _EXPORTS = {
-    "CompareError": "compare",
+    "CompareError": "rank.compare",
     "CaseDeclarationError": "errors",
     "CaseFileError": "errors",
     "MeshtestError": "errors",
     "SelectionError": "errors",
-    "Partial": "placement",
-    "Replicate": "placement",
-    "Shard": "placement",
-    "register": "registry",
-    "register_sweep": "registry",
-    "GATE_TAGS": "rules",
-    "CompareSpec": "spec",
-    "DerivedSpec": "spec",
-    "InputSpec": "spec",
-    "OpShardCase": "spec",
-    "ScenarioCase": "spec",
-    "ScenarioContext": "scenario",
-    "FEATURES": "rules",
+    "Partial": "model.placement",
+    "Replicate": "model.placement",
+    "Shard": "model.placement",
+    "register": "model.registry",
+    "register_sweep": "model.registry",
+    "GATE_TAGS": "model.rules",
+    "FEATURES": "model.rules",
+    "CompareSpec": "model.spec",
+    "DerivedSpec": "model.spec",
+    "InputSpec": "model.spec",
+    "OpShardCase": "model.spec",
+    "ScenarioCase": "model.spec",
+    "ScenarioContext": "rank.scenario",
+    "ShardBackend": "platforms.backend",
+    "Status": "status",
 }
 
 __all__ = sorted(_EXPORTS)

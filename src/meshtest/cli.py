@@ -21,10 +21,12 @@ import signal
 import sys
 from typing import List, Optional, Sequence, Tuple
 
+from .contract import DEFAULT_CASE_TIMEOUT_S
 from .errors import SelectionError
-from .planner import DEFAULT_CASE_TIMEOUT_S, gate_is_fail_fast
-from .scan import scan_case_file
-from .slots import DEFAULT_SLOTS, SlotRequestError
+from .model.scan import scan_case_file
+from .parent.planner import gate_is_fail_fast
+from .parent.slots import DEFAULT_SLOTS, SlotRequestError
+
 #: Environment variable with comma-separated fnmatch patterns of case names to run.
 CASE_FILTER_ENV = "MESHTEST_CASE_FILTER"
 
@@ -79,8 +81,8 @@ def _parser() -> argparse.ArgumentParser:
 def _cmd_progress(slot_dir: str, watch: float) -> int:
     import time
 
-    from .progress import format_board, read_board
-    from .slots import default_slot_dir
+    from .parent.progress import format_board, read_board
+    from .parent.slots import default_slot_dir
 
     directory = os.path.join(slot_dir or default_slot_dir(), "progress")
     while True:
@@ -92,7 +94,7 @@ def _cmd_progress(slot_dir: str, watch: float) -> int:
 
 
 def _cmd_ids(manifest: str, files: Sequence[str]) -> int:
-    from .specids import coverage, format_coverage, read_manifest
+    from .report.specids import coverage, format_coverage, read_manifest
 
     scans = [scan_case_file(f) for f in files]
     broken = [s for s in scans if s.error]
@@ -112,10 +114,8 @@ def _cmd_scan(files: Sequence[str]) -> int:
     for path in files:
         scan = scan_case_file(path)
         bad += scan.error is not None
-        print(json.dumps({
-            "file": path, "error": scan.error, "device_need": scan.device_need,
-            "tags": list(scan.target_tags()), "cases": [c.to_json() for c in scan.cases],
-        }))
+        print(json.dumps(dict(file=path, error=scan.error, device_need=scan.device_need,
+                              tags=list(scan.target_tags()), cases=[c.to_json() for c in scan.cases])))
     return 1 if bad else 0
 
 
@@ -150,7 +150,7 @@ def _cmd_count(files: Sequence[str]) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .runner import RunOptions, run
+    from .parent.runner import RunOptions, run
 
     files, names = _split_specs(args.specs)
     missing = [f for f in files if not os.path.isfile(f)]

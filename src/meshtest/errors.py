@@ -17,7 +17,7 @@ class CaseDeclarationError(MeshtestError, ValueError):
 
     :param file: path of the case file (as given to the loader or scanner), or ``"<unknown>"``.
     :param case: the case name, or ``None`` when the error is not tied to one case.
-    :param rule: the rule's short id (see :mod:`meshtest.rules`), e.g. ``"placement-arity"``.
+    :param rule: the rule's short id (see :mod:`meshtest.model.rules`), e.g. ``"placement-arity"``.
     :param detail: what is wrong and what to write instead.
     """
 

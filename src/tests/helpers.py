@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import textwrap
 
-from meshtest.scan import ScannedCase
+from meshtest.model.scan import ScannedCase
 
 
 def case_file(tmp_path, name: str, body: str) -> str:

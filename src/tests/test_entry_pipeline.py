@@ -8,8 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from meshtest import CompareSpec, DerivedSpec, InputSpec, OpShardCase, Shard
-from meshtest.backend import ShardBackend
-from meshtest.entry import final_status, run_case
+from meshtest.platforms.backend import ShardBackend
+from meshtest.rank.entry import fails_suite
+from meshtest.rank.pipeline import StepResult, run_case
+from meshtest.status import Status, with_known_failure
 
 
 class Dist:
@@ -55,14 +57,18 @@ def _add(x, y):
     return x + y
 
 
+def triple(r: StepResult):
+    return (r.status, r.step, r.error)
+
+
 def test_pass():
-    assert run_case(_case(_add), NumpyBackend(), None) == ("pass", "compare", "")
+    assert triple(run_case(_case(_add), NumpyBackend(), None)) == ("pass", "compare", "")
 
 
 def test_wrong_result_fails_at_compare():
     def off(x, y):
         return x + y + (0.5 if isinstance(x, Dist) else 0)
-    status, step, err = run_case(_case(off), NumpyBackend(), None)
+    status, step, err = triple(run_case(_case(off), NumpyBackend(), None))
     assert (status, step) == ("fail", "compare") and "elements outside" in err
 
 
@@ -71,14 +77,14 @@ def test_exception_in_distributed_run_is_an_error_at_run():
         if isinstance(x, Dist):
             raise RuntimeError("collective mismatch")
         return x + y
-    status, step, err = run_case(_case(boom), NumpyBackend(), None)
+    status, step, err = triple(run_case(_case(boom), NumpyBackend(), None))
     assert (status, step) == ("error", "run") and "RuntimeError: collective mismatch" in err
 
 
 def test_compare_outputs_out_of_range_names_the_case():
     def two(x, y):
         return (x + y, x)
-    status, step, err = run_case(_case(two, compare_outputs=(0, 2)), NumpyBackend(), None)
+    status, step, err = triple(run_case(_case(two, compare_outputs=(0, 2)), NumpyBackend(), None))
     assert (status, step) == ("error", "gather")
     assert "case 'c': compare_outputs (0, 2) out of range: fn returned 2 output(s)" in err
 
@@ -86,11 +92,11 @@ def test_compare_outputs_out_of_range_names_the_case():
 def test_compare_outputs_ignores_unselected_outputs():
     def two(x, y):
         return (x + y, np.random.rand(3) if not isinstance(x, Dist) else Dist(np.random.rand(3)))
-    assert run_case(_case(two, compare_outputs=(0,)), NumpyBackend(), None)[0] == "pass"
+    assert run_case(_case(two, compare_outputs=(0,)), NumpyBackend(), None).status == "pass"
 
 
 def test_non_tensor_output_is_an_error_naming_it():
-    status, step, err = run_case(_case(lambda x, y: 3), NumpyBackend(), None)
+    status, step, err = triple(run_case(_case(lambda x, y: 3), NumpyBackend(), None))
     assert (status, step) == ("error", "reference") and "returned int, not a tensor" in err
 
 
@@ -104,7 +110,7 @@ def test_derived_input_is_computed_on_full_inputs_and_passed_after_primaries():
     def fn(x, y, m):
         return x - m
     case = _case(fn, derived_inputs=[DerivedSpec(derive, (Shard(0),), ndim=2)])
-    assert run_case(case, NumpyBackend(), None)[0] == "pass"
+    assert run_case(case, NumpyBackend(), None).status == "pass"
     assert seen == [(4, 4)]
 
 
@@ -114,20 +120,21 @@ def test_reference_cannot_corrupt_distributed_inputs():
             return x + y
         x += 1.0  # the reference mutates its inputs
         return x + y - 1.0
-    assert run_case(_case(inplace), NumpyBackend(), None)[0] == "pass"
+    assert run_case(_case(inplace), NumpyBackend(), None).status == "pass"
 
 
 def test_known_failure_mapping():
     kf = _case(_add, known_failure="upstream bug #1")
-    assert final_status(kf, "fail") == "xfail" and final_status(kf, "pass") == "xpass"
-    assert final_status(_case(_add), "fail") == "fail"
+    assert with_known_failure(Status.FAIL, kf.known_failure is not None) == "xfail"
+    assert with_known_failure(Status.PASS, kf.known_failure is not None) == "xpass"
+    assert with_known_failure(Status.FAIL, _case(_add).known_failure is not None) == "fail"
 
 
 def test_equal_and_shape_compare():
     def noisy(x, y):
         return x + y + (1.0 if isinstance(x, Dist) else 0.0)
-    assert run_case(_case(noisy, compare=CompareSpec.shape("random")), NumpyBackend(), None)[0] == "pass"
-    assert run_case(_case(noisy, compare=CompareSpec.equal()), NumpyBackend(), None)[0] == "fail"
+    assert run_case(_case(noisy, compare=CompareSpec.shape("random")), NumpyBackend(), None).status == "pass"
+    assert run_case(_case(noisy, compare=CompareSpec.equal()), NumpyBackend(), None).status == "fail"
 
 
 class _Ranks(NumpyBackend):
@@ -141,10 +148,9 @@ class _Ranks(NumpyBackend):
 
 
 def test_fail_fast_decision_matches_the_aggregate_rule():
-    from meshtest.entry import _fails_suite
     plain, known = _case(_add), _case(_add, known_failure="torch bug #1")
-    assert _fails_suite(_Ranks(False), plain, "pass") is False
-    assert _fails_suite(_Ranks(True), plain, "pass") is True       # another rank failed
-    assert _fails_suite(_Ranks(False), known, "pass") is True       # xpass on every rank
-    assert _fails_suite(_Ranks(True), known, "pass") is False       # xfail somewhere: expected
-    assert _fails_suite(_Ranks(False), None, "error") is True       # file could not be loaded
+    assert fails_suite(_Ranks(False), plain, Status.PASS) is False
+    assert fails_suite(_Ranks(True), plain, Status.PASS) is True       # another rank failed
+    assert fails_suite(_Ranks(False), known, Status.PASS) is True       # xpass on every rank
+    assert fails_suite(_Ranks(True), known, Status.PASS) is False       # xfail somewhere: expected
+    assert fails_suite(_Ranks(False), None, Status.ERROR) is True       # file could not be loaded

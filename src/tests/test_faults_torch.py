@@ -28,7 +28,7 @@ def _ranks_alive(marker: str) -> list:
                 args = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "meshtest.entry" in args and marker in args:
+        if "meshtest.rank.entry" in args and marker in args:
             found.append(f"{pid} {args}")
     return found
 
@@ -55,7 +55,7 @@ def _assert_nothing_leaked(tmp_path, out, killed_holders=0):
     """No rank process of this run lives and the whole 8-slot pool can be taken at once. The
     audit log shows a lease without release only for a holder that was SIGKILLed (no code runs
     to write it; the kernel released its locks)."""
-    from meshtest.slots import SlotPool, audit_stats, read_audit
+    from meshtest.parent.slots import SlotPool, audit_stats, read_audit
 
     assert _ranks_alive(str(out)) == []
     with SlotPool(str(tmp_path / "slots"), 8).acquire(8, "after", timeout_s=2):

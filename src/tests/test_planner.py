@@ -5,8 +5,9 @@ import json
 
 import pytest
 
+from meshtest.contract import PLAN_VERSION, ContractError, LaunchPlan
 from meshtest.errors import SelectionError
-from meshtest.planner import plan_groups, read_plan, select_cases, write_plan
+from meshtest.parent.planner import plan_groups, select_cases
 
 from tests.helpers import scanned
 
@@ -66,18 +67,20 @@ def test_name_patterns_and_a_pattern_matching_nothing():
 def test_plan_file_round_trip_and_version(tmp_path):
     (group,) = plan_groups([scanned("a", (2, 2), ("dp", "tp"))])
     path = tmp_path / "plan.json"
-    write_plan(str(path), group, platform="torch", device_kind="cpu", out_dir="/o", case_timeout_s=30)
-    doc = read_plan(str(path))
-    assert doc["cases"] == list(group.cases) and doc["mesh_shape"] == [2, 2]
+    LaunchPlan(group_id=group.group_id, platform="torch", device_kind="cpu", mesh_shape=group.mesh_shape,
+               mesh_dim_names=group.mesh_dim_names, out_dir="/o", case_timeout_s=30, cases=group.cases).write(str(path))
+    plan = LaunchPlan.read(str(path))
+    assert plan.cases == group.cases and plan.mesh_shape == (2, 2)
     raw = json.loads(path.read_text())
     raw["version"] = 99
     path.write_text(json.dumps(raw))
-    with pytest.raises(ValueError, match="version 99"):
-        read_plan(str(path))
+    with pytest.raises(ValueError, match="version 99") as e:  # ContractError is a ValueError
+        LaunchPlan.read(str(path))
+    assert isinstance(e.value, ContractError) and f"reads version {PLAN_VERSION}" in str(e.value)
 
 
 def test_level0_gates_are_fail_fast_level1_collect_everything():
-    from meshtest.planner import gate_is_fail_fast
+    from meshtest.parent.planner import gate_is_fail_fast
     assert gate_is_fail_fast(["cpu_level0"]) and gate_is_fail_fast(["+npu_level0", "-mesh:8"])
     assert not gate_is_fail_fast(["cpu_level1"]) and not gate_is_fail_fast([])
     assert not gate_is_fail_fast(["cpu_level0,cpu_level1"]) and not gate_is_fail_fast(["-cpu_level0"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import os
 
-from meshtest.progress import INTERVAL_S, ProgressBoard, format_board, read_board
+from meshtest.parent.progress import INTERVAL_S, ProgressBoard, format_board, read_board
 
 
 def test_board_lines_entries_and_table(tmp_path):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from meshtest.errors import CaseDeclarationError, CaseFileError
-from meshtest.registry import Registry, check_against_scan, load_case_file
-from meshtest.scan import scan_case_file
+from meshtest.model.registry import Registry, check_against_scan, load_case_file
+from meshtest.model.scan import scan_case_file
 
 from tests.helpers import case_file
 

@@ -1,5 +1,5 @@
 """The run report as a browser shows it: the targets index (tools/report_index.py) and a test
-run's report.html (meshtest.html_report), opened in a real headless Chromium.
+run's report.html (meshtest.report.html), opened in a real headless Chromium.
 
 The test builds an artifacts tree as ``./pants test`` leaves it under ``dist/test/`` (two test
 runs, one with a failing case on a 2-rank launch, with real rank logs and JSONL), writes the
@@ -25,9 +25,11 @@ from urllib.parse import unquote, urldefrag
 
 import pytest
 
-from meshtest.html_report import write_html_report
-from meshtest.junit import write_junit
-from meshtest.reporter import CaseOutcome, summary_lines, write_results
+from meshtest.contract import CaseOutcome, RankFailure
+from meshtest.report.html import write_html_report
+from meshtest.report.junit import write_junit
+from meshtest.report.reporter import summary_lines
+from meshtest.report.results import write_results
 
 #: tools/report_index.py, found from this file: src/tests/ → the repository (or Pants sandbox) root.
 REPORT_INDEX = Path(os.path.abspath(__file__)).parents[2] / "tools" / "report_index.py"
@@ -150,16 +152,16 @@ def _rank_files(run_dir: Path, launch: str, world_size: int, cases: List[CaseOut
     for rank in range(world_size):
         log, jsonl = [f"rank{rank} group {launch}: {len(cases)} case(s), mesh [{world_size}] ['d0']"], []
         for o in cases:
-            failure = next((f for f in o.failures if f["rank"] == rank), None)
+            failure = next((f for f in o.failures if f.rank == rank), None)
             steps = ["build", "derive", "reference", "distribute", "run", "gather", "compare"]
             jsonl.append({"event": "start", "case": o.case, "t": 1795970064.9, "timeout_s": 120.0})
-            for step in steps[: steps.index(failure["step"]) + 1] if failure else steps:
+            for step in steps[: steps.index(failure.step) + 1] if failure else steps:
                 log.append(f"rank{rank} case {o.case}: step {step}")
                 jsonl.append({"event": "step", "case": o.case, "step": step})
-            status = failure["status"] if failure else "pass"
-            log.append(f"rank{rank} case {o.case}: {status}" + (f"\n{failure['error']}" if failure else ""))
+            status = failure.status.value if failure else "pass"
+            log.append(f"rank{rank} case {o.case}: {status}" + (f"\n{failure.error}" if failure else ""))
             jsonl.append({"event": "result", "case": o.case, "status": status, "duration_s": o.slowest_s,
-                          "step": failure["step"] if failure else "", "error": failure["error"] if failure else ""})
+                          "step": failure.step if failure else "", "error": failure.error if failure else ""})
         (d / f"rank{rank}.log").write_text("\n".join(log) + "\n")
         (d / f"rank{rank}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in jsonl))
 
@@ -185,7 +187,7 @@ def _artifacts(root: Path) -> None:
     _test_run(root, FAILING_TARGET, [
         CaseOutcome("allgather_mesh2", faulty, "w2-2", 2, "pass", slowest_s=0.21, slowest_rank=0, launch_dir="w2-2"),
         CaseOutcome("allreduce_sum_mesh2", faulty, "w2-2", 2, "fail", slowest_s=0.84, slowest_rank=1, launch_dir="w2-2",
-                    failures=[{"rank": 1, "status": "fail", "step": "compare", "error": COMPARE_ERROR}]),
+                    failures=[RankFailure(1, "fail", "compare", COMPARE_ERROR)]),
     ])
     _test_run(root, PASSING_TARGET, [
         CaseOutcome("sort_s0_mesh2", "cases/torch/case_sort.py", "w2-2", 2, "pass", slowest_s=0.35, slowest_rank=1,

@@ -1,16 +1,22 @@
 """Aggregation over ranks and the report lines a person reads."""
 from __future__ import annotations
 
-from meshtest.reporter import aggregate, format_outcome, summary_lines
+from dataclasses import replace
+
+from meshtest.contract import RankRecord
+from meshtest.parent.outcomes import aggregate
+from meshtest.report.reporter import format_outcome, summary_lines
+from meshtest.status import Status
 
 
 def rec(rank, status="pass", step="compare", dur=0.01, error=""):
-    return {"case": "c", "rank": rank, "status": status, "step": step, "duration_s": dur, "error": error}
+    return RankRecord(case="c", file="f.py", group="g", rank=rank, status=Status(status), step=step, duration_s=dur,
+                      error=error)
 
 
 def test_all_ranks_pass_reports_slowest_rank():
     o = aggregate("c", "f.py", "w2-2", 2, {0: rec(0, dur=0.5), 1: rec(1, dur=0.7)}, "")
-    assert (o.status, o.slowest_s, o.slowest_rank, o.failures) == ("pass", 0.7, 1, [])
+    assert (o.status, o.slowest_s, o.slowest_rank, o.failures) == ("pass", 0.7, 1, ())
     assert format_outcome(o).startswith("PASS    c  [w2 w2-2]  0.700s (slowest rank 1)")
 
 
@@ -45,8 +51,8 @@ def test_summary_closing_line_counts():
 
 
 def test_known_failures_are_listed_separately_with_reasons():
-    xf = {0: {**rec(0, "xfail"), "known_failure": "torch bug #123"}}
-    xp = {0: {**rec(0, "xpass"), "known_failure": "torch bug #456"}}
+    xf = {0: replace(rec(0, "xfail"), known_failure="torch bug #123")}
+    xp = {0: replace(rec(0, "xpass"), known_failure="torch bug #456")}
     outs = [aggregate("a", "f", "g", 1, xf, ""), aggregate("b", "f", "g", 1, xp, "")]
     lines = summary_lines(outs)
     assert "known failures (the platform is wrong; reported, never hidden):" in lines

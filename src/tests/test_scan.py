@@ -1,7 +1,7 @@
 """Static scan: what it reads, and the clear errors for what it cannot read."""
 from __future__ import annotations
 
-from meshtest.scan import scan_case_source
+from meshtest.model.scan import scan_case_source
 
 GOOD = '''
 from meshtest import OpShardCase, register, InputSpec, Shard

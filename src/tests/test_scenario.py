@@ -6,13 +6,18 @@ from __future__ import annotations
 import pytest
 from junitparser import JUnitXml
 
+from dataclasses import replace
+
 from meshtest import CaseDeclarationError, ScenarioCase
-from meshtest.entry import final_status, run_scenario
+from meshtest.contract import RankRecord
 from meshtest.errors import CaseFileError
-from meshtest.junit import write_junit
-from meshtest.registry import check_against_scan
-from meshtest.reporter import aggregate, spec_table, summary_lines
-from meshtest.scan import scan_case_source
+from meshtest.model.registry import check_against_scan
+from meshtest.model.scan import scan_case_source
+from meshtest.parent.outcomes import aggregate
+from meshtest.rank.pipeline import run_scenario
+from meshtest.report.junit import write_junit
+from meshtest.report.reporter import spec_table, summary_lines
+from meshtest.status import Status, with_known_failure
 
 from .test_entry_pipeline import NumpyBackend
 
@@ -90,10 +95,10 @@ def test_check_against_scan_catches_a_requires_drift():
 def test_missing_feature_is_unsupported_and_the_fn_never_runs():
     ran = []
     case = _scenario(lambda ctx: ran.append(1), requires=("tp.styles", "tp.no_parallel"), known_failure="bug")
-    status, step, error, _ = run_scenario(case, FeatureBackend({"tp.styles"}), None)
-    assert (status, step, ran) == ("unsupported", "features", [])
-    assert "unsupported on platform numpy" in error and "tp.no_parallel" in error and "tp.styles" not in error
-    assert final_status(case, status) == "unsupported"  # never turned into xfail
+    r = run_scenario(case, FeatureBackend({"tp.styles"}), None)
+    assert (r.status, r.step, ran) == ("unsupported", "features", [])
+    assert "unsupported on platform numpy" in r.error and "tp.no_parallel" in r.error and "tp.styles" not in r.error
+    assert with_known_failure(r.status, case.known_failure is not None) == "unsupported"  # never turned into xfail
 
 
 def test_scenario_steps_notes_and_outcomes():
@@ -105,23 +110,24 @@ def test_scenario_steps_notes_and_outcomes():
                          ctx.backend.make_tensor([1.0, 2.5], "float32"), rtol=0, atol=0.1, label="out")
 
     steps = []
-    status, step, error, notes = run_scenario(_scenario(body), FeatureBackend(), None, on_step=steps.append)
-    assert (status, step, notes, steps) == ("fail", "forward", "max error 1e-7", ["run", "forward"])
-    assert "out (rank 0)" in error
+    r = run_scenario(_scenario(body), FeatureBackend(), None, on_step=steps.append)
+    assert (r.status, r.step, r.detail, steps) == ("fail", "forward", "max error 1e-7", ["run", "forward"])
+    assert "out (rank 0)" in r.error
 
     def boom(ctx):
         ctx.step("apply")
         raise RuntimeError("kaput")
 
-    status, step, error, _ = run_scenario(_scenario(boom), FeatureBackend(), None)
-    assert (status, step) == ("error", "apply") and "RuntimeError: kaput" in error
-    assert run_scenario(_scenario(lambda ctx: None), FeatureBackend(), None)[:2] == ("pass", "run")
+    r = run_scenario(_scenario(boom), FeatureBackend(), None)
+    assert (r.status, r.step) == ("error", "apply") and "RuntimeError: kaput" in r.error
+    r = run_scenario(_scenario(lambda ctx: None), FeatureBackend(), None)
+    assert (r.status, r.step) == ("pass", "run")
 
 
 def _rec(status, **kw):
-    base = {"status": status, "step": "run", "duration_s": 0.1, "error": "", "known_failure": ""}
+    base = dict(case="c", file="f.py", group="g", rank=0, status=Status(status), step="run", duration_s=0.1)
     base.update(kw)
-    return base
+    return RankRecord(**base)
 
 
 def test_spec_table_counts_and_reasons(tmp_path):
@@ -133,8 +139,7 @@ def test_spec_table_counts_and_reasons(tmp_path):
         aggregate("c2", "f.py", "g", 2, {r: _rec("xfail", known_failure="torch bug") for r in (0, 1)}, ""),
         aggregate("c10", "f.py", "g", 2, {0: _rec("fail", error="AssertionError: off"), 1: _rec("pass")}, ""),
     ]
-    for o, sid in zip(outs, ("A1", "A2", "B6", "C2", "C10")):
-        o.spec_id = sid
+    outs = [replace(o, spec_id=sid) for o, sid in zip(outs, ("A1", "A2", "B6", "C2", "C10"))]
     table = spec_table(outs)
     text = "\n".join(table)
     assert [ln.split()[0] for ln in table[1:] if ln.startswith("  ") and not ln.startswith("   ")] == \
@@ -164,8 +169,8 @@ def test_scan_rejects_a_field_the_constructor_does_not_have():
 def test_scanned_field_lists_match_the_dataclasses():
     import dataclasses
 
-    from meshtest.scan import CASE_FIELDS
-    from meshtest.spec import OpShardCase
+    from meshtest.model.schema import KINDS
+    from meshtest.model.spec import OpShardCase
 
-    assert CASE_FIELDS["ScenarioCase"] == tuple(f.name for f in dataclasses.fields(ScenarioCase))
-    assert CASE_FIELDS["OpShardCase"] == tuple(f.name for f in dataclasses.fields(OpShardCase))
+    assert KINDS["ScenarioCase"].names == tuple(f.name for f in dataclasses.fields(ScenarioCase))
+    assert KINDS["OpShardCase"].names == tuple(f.name for f in dataclasses.fields(OpShardCase))

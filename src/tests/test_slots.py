@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from meshtest.slots import SlotPool, SlotRequestError, audit_stats, read_audit
+from meshtest.parent.slots import SlotPool, SlotRequestError, audit_stats, read_audit
 
 CTX = mp.get_context("fork")
 

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from meshtest.scan import scan_case_file, scan_case_source
-from meshtest.specids import coverage, format_coverage, read_manifest
+from meshtest.model.scan import scan_case_file, scan_case_source
+from meshtest.report.specids import coverage, format_coverage, read_manifest
 
 TP_DIR = os.path.join("cases", "torch", "tp")
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from meshtest import CaseDeclarationError, CompareSpec, DerivedSpec, InputSpec, OpShardCase, Partial, Replicate, Shard
-from meshtest.registry import Registry
+from meshtest.model.registry import Registry
 
 
 def _fn(*xs):

@@ -1,6 +1,6 @@
 """Expand a `meshtest_cases` generator into one `meshtest_case_file` target per case file.
 
-The static scan (`meshtest.scan`, the same code the runtime loader checks against) supplies each
+The static scan (`meshtest.model.scan`, the same code the runtime loader checks against) supplies each
 file's `device_need` and its extra tags. A file that fails the scan still gets a target, with
 `parse_error` set, so only that file's test fails.
 """
@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from meshtest.planner import plan_groups
-from meshtest.rules import GATE_TAGS
-from meshtest.scan import scan_case_source
+from meshtest.parent.planner import plan_groups
+from meshtest.model.rules import GATE_TAGS
+from meshtest.model.scan import scan_case_source
 
 from meshtest_pants.subsystem import MeshtestSubsystem
 from meshtest_pants.target_types import (

@@ -1,6 +1,6 @@
 """Wiring of the meshtest Pants plugin (enabled in pants.toml as `meshtest_pants`)."""
 
-from meshtest_pants import generate_targets, test_runner
+from meshtest_pants import generate_targets, meshtest_test_runner
 from meshtest_pants.subsystem import MeshtestSubsystem
 from meshtest_pants.target_types import MeshtestCaseFileTarget, MeshtestCasesGeneratorTarget
 
@@ -12,6 +12,6 @@ def target_types():
 def rules():
     return [
         *generate_targets.rules(),
-        *test_runner.rules(),
+        *meshtest_test_runner.rules(),
         *MeshtestSubsystem.rules(),
     ]

@@ -25,7 +25,7 @@ def forwarded_tag_filters(global_tags: Iterable[str]) -> tuple[str, ...]:
 
     Each value is a clause (comma-separated tags ORed, a leading `-` negating the whole
     clause, clauses ANDed); the runner applies the same rule to cases
-    (`meshtest.planner.select_cases`), so the cases that run are exactly those the clauses
+    (`meshtest.parent.planner.select_cases`), so the cases that run are exactly those the clauses
     select. Empty clauses are dropped.
     """
     return tuple(clause for clause in global_tags if clause.strip("+-"))

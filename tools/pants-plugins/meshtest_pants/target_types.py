@@ -74,7 +74,7 @@ class MeshtestLaunchGroupsField(StringSequenceField):
     alias = "launch_groups"
     help = help_text(
         """
-        Ids of the launches the file's cases plan into (`meshtest.planner.plan_groups`, e.g.
+        Ids of the launches the file's cases plan into (`meshtest.parent.planner.plan_groups`, e.g.
         `w4-2x2`): files with the same launch groups are batched into one test process that
         starts each launch once. Computed by `meshtest_cases`; not written by hand.
         """
@@ -141,7 +141,7 @@ class MeshtestCasesGeneratorTarget(TargetGenerator):
         Generate a `meshtest_case_file` target for each case file in `sources`.
 
         Each generated target gets `device_need` and extra `tags` from a static scan of its file
-        (`meshtest.scan`), so `./pants --tag=cpu_level0 test cases::` selects files by the tags
+        (`meshtest.model.scan`), so `./pants --tag=cpu_level0 test cases::` selects files by the tags
         of their cases. Example:
 
             meshtest_cases(platform="torch", tags=["torch"])

@@ -8,11 +8,13 @@ rank's log and JSONL (relative links, so the report reads from a CI artifact sto
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Dict, List, NamedTuple, Sequence
 
 from jinja2 import Environment
 
-from .reporter import CaseOutcome, counts, spec_table
+from ..contract import CaseOutcome
+from ..status import Status
+from .reporter import counts, spec_table
 
 _TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>meshtest report</title>
@@ -46,22 +48,36 @@ td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;font-size:13px}
 """
 
 
+#: Statuses a rank cell shows for every rank of the case, whatever its failures say.
+_WHOLE_CASE = (Status.XFAIL, Status.NOT_RUN, Status.UNSUPPORTED)
+
+
+class _Cell(NamedTuple):
+    """One rank's cell: its status and step, the head of its error, links to its files."""
+
+    status: str = ""
+    step: str = ""
+    error: str = ""
+    log: str = ""
+    jsonl: str = ""
+
+
 def _row(o: CaseOutcome, max_ranks: int) -> dict:
-    failed = {f["rank"]: f for f in o.failures}
+    failed = {f.rank: f for f in o.failures}
     cells = []
     for rank in range(max_ranks):
         if rank >= o.world_size:
-            cells.append({"status": "", "step": "", "error": "", "log": "", "jsonl": ""})
+            cells.append(_Cell())
             continue
         f = failed.get(rank)
         base = f"ranks/{o.launch_dir}/rank{rank}" if o.launch_dir else ""
-        cells.append({
-            "status": (f["status"] if f else o.status if o.status in ("xfail", "not_run", "unsupported") else "pass"),
-            "step": f["step"] if f else "",
-            "error": "\n".join(f["error"].strip().splitlines()[:12]) if f else "",
-            "log": f"{base}.log" if base else "",
-            "jsonl": f"{base}.jsonl" if base else "",
-        })
+        cells.append(_Cell(
+            status=(f.status if f else o.status if o.status in _WHOLE_CASE else Status.PASS).value,
+            step=f.step if f else "",
+            error="\n".join(f.error.strip().splitlines()[:12]) if f else "",
+            log=f"{base}.log" if base else "",
+            jsonl=f"{base}.jsonl" if base else "",
+        ))
     return {**o.to_json(), "launch": o.launch_dir or o.group, "cells": cells}
 
 
@@ -72,7 +88,7 @@ def write_html_report(path: str, outcomes: Sequence[CaseOutcome], notes: Sequenc
     for o in outcomes:
         files.setdefault(o.file, []).append(_row(o, max_ranks))
     html = Environment(autoescape=True).from_string(_TEMPLATE).render(
-        totals=sorted(counts(outcomes).items()), notes=notes, files=sorted(files.items()), max_ranks=max_ranks,
+        totals=sorted((s.value, n) for s, n in counts(outcomes).items()), notes=notes, files=sorted(files.items()), max_ranks=max_ranks,
         spec_lines=spec_table(outcomes))
     with open(path, "w", encoding="utf-8") as f:
         f.write(html)

@@ -1,7 +1,7 @@
 """Platform-agnostic placement descriptors: ``Shard(d)``, ``Replicate()``, ``Partial(op)``.
 
 Case files describe how each input is laid out on the DeviceMesh with these
-descriptors; a :class:`meshtest.backend.ShardBackend` maps them to its platform's
+descriptors; a :class:`meshtest.platforms.backend.ShardBackend` maps them to its platform's
 own placement types (for torch: ``torch.distributed.tensor.Shard`` and friends).
 One placement is given per *mesh* dimension, never per tensor dimension
 (seed 000 §8.4: placement tuple length == mesh ndim).

@@ -3,13 +3,13 @@
 Planning and the build tool's targets both come from this scan, never from importing the
 case files, so the planning process stays light (no torch import) and Pants can compute
 tags inside its own process. The ranks later import the files and check what registered
-against this scan (:func:`meshtest.registry.check_against_scan`): there is one case list.
+against this scan (:func:`meshtest.model.registry.check_against_scan`): there is one case list.
 
 What the scan accepts (rule ``static-scan``): ``register(OpShardCase(...))``,
 ``register(ScenarioCase(...))`` (also reading ``requires`` and ``spec_id``) and
 ``register_sweep(...)`` calls as top-level statements of the module, with keyword arguments.
 For a sweep, the input shapes (``InputSpec((4, 8), ...)`` or ``shape=``) and the sweep's own
-options are read too, and :func:`meshtest.sweep.plan_sweep` derives its cases. ``name``, ``mesh_shape``,
+options are read too, and :func:`meshtest.model.sweep.plan_sweep` derives its cases. ``name``, ``mesh_shape``,
 ``mesh_dim_names``, ``tags``, ``needs_mesh`` and ``solo_launcher`` must be literals, or
 names bound once at module top level to a literal (``MESH = (2, 2)``). Other arguments
 (``fn``, ``inputs``, ...) are not read.
@@ -23,26 +23,13 @@ import ast
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import rules
-from .errors import CaseDeclarationError
+from ..errors import CaseDeclarationError
+from . import rules, schema
 
-#: Constructors whose calls inside ``register(...)`` declare cases.
-CASE_CONSTRUCTORS = ("OpShardCase", "ScenarioCase")
+#: Constructors whose calls inside ``register(...)`` declare cases (the schema table's kinds).
+CASE_CONSTRUCTORS = tuple(schema.KINDS)
 #: Registration functions the scan understands, as top-level statements.
 REGISTER_CALLS = ("register", "register_sweep")
-_SCANNED_FIELDS = ("name", "mesh_shape", "mesh_dim_names", "tags", "needs_mesh", "solo_launcher")
-_SWEEP_FIELDS = _SCANNED_FIELDS + ("partial_inputs", "partial_ops", "max_partial_inputs")
-_SCENARIO_FIELDS = ("name", "mesh_shape", "mesh_dim_names", "tags", "solo_launcher", "requires", "spec_id")
-#: Every keyword each case constructor accepts, so a misspelt or foreign field (``needs_mesh=``
-#: on a ScenarioCase) fails at target generation, naming the case (rule ``unknown-field``).
-#: src/tests/test_scenario.py keeps these equal to the dataclasses' fields.
-CASE_FIELDS = {
-    "OpShardCase": ("name", "fn", "inputs", "placements", "mesh_shape", "mesh_dim_names", "compare", "tags",
-                    "derived_inputs", "compare_outputs", "needs_mesh", "solo_launcher", "known_failure",
-                    "grad_compare", "timeout_s"),
-    "ScenarioCase": ("name", "fn", "mesh_shape", "mesh_dim_names", "tags", "requires", "spec_id", "divergence",
-                     "known_failure", "solo_launcher", "timeout_s"),
-}
 
 
 @dataclass(frozen=True)
@@ -57,7 +44,7 @@ class ScannedCase:
     needs_mesh: bool
     solo_launcher: bool
     lineno: int
-    #: ``"op"`` (:class:`meshtest.spec.OpShardCase`) or ``"scenario"`` (``ScenarioCase``)
+    #: ``"op"`` (:class:`meshtest.model.spec.OpShardCase`) or ``"scenario"`` (``ScenarioCase``)
     kind: str = "op"
     #: platform features a scenario requires
     requires: Tuple[str, ...] = ()
@@ -70,23 +57,15 @@ class ScannedCase:
         return rules.world_size(self.mesh_shape)
 
     def to_json(self) -> dict:
-        """JSON-able dict; inverse of :meth:`from_json`."""
-        return {
-            "file": self.file,
-            "name": self.name,
-            "mesh_shape": list(self.mesh_shape),
-            "mesh_dim_names": None if self.mesh_dim_names is None else list(self.mesh_dim_names),
-            "tags": list(self.tags),
-            "needs_mesh": self.needs_mesh,
-            "solo_launcher": self.solo_launcher,
-            "lineno": self.lineno,
-            "kind": self.kind,
-            "requires": list(self.requires),
-            "spec_id": self.spec_id,
-        }
+        """JSON-able dict (tuples as lists); inverse of :meth:`from_json`."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
 
     @staticmethod
     def from_json(d: dict) -> "ScannedCase":
+        """:raises ValueError: unknown fields; ``KeyError``: a required field is missing."""
+        unknown = sorted(set(d) - set(ScannedCase.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"scanned case {d.get('name')!r}: unknown field(s) {', '.join(unknown)}")
         names = d.get("mesh_dim_names")
         return ScannedCase(
             file=d["file"],
@@ -97,10 +76,16 @@ class ScannedCase:
             needs_mesh=bool(d["needs_mesh"]),
             solo_launcher=bool(d["solo_launcher"]),
             lineno=int(d["lineno"]),
-            kind=d.get("kind", "op"),
-            requires=tuple(d.get("requires", ())),
-            spec_id=d.get("spec_id"),
+            kind=d["kind"],
+            requires=tuple(d["requires"]),
+            spec_id=d["spec_id"],
         )
+
+
+_OWN_FIELDS = ("file", "lineno", "kind")
+if set(ScannedCase.__dataclass_fields__) != set(_OWN_FIELDS + schema.SCANNED_FIELDS):  # pragma: no cover
+    raise TypeError(f"ScannedCase fields {sorted(ScannedCase.__dataclass_fields__)} differ from the schema's "
+                    f"static fields {schema.SCANNED_FIELDS} + {_OWN_FIELDS}")
 
 
 @dataclass(frozen=True)
@@ -235,12 +220,14 @@ def _check_placement_shapes(path: str, name: str, mesh_shape: Tuple[int, ...], k
             raise rules.placement_arity_error(path, name, f"inputs[{i}]", text, mesh_shape)
 
 
-def _check_known_fields(path: str, name: str, callee: str, kw: Dict[str, ast.AST]) -> None:
-    unknown = sorted(set(kw) - set(CASE_FIELDS[callee]))
+def _check_known_fields(path: str, name: str, kind: schema.CaseKind, kw: Dict[str, ast.AST]) -> None:
+    """Rule ``unknown-field``: a misspelt or foreign field (``needs_mesh=`` on a ScenarioCase)
+    fails at target generation, naming the case."""
+    unknown = sorted(set(kw) - set(kind.names))
     if unknown:
         raise CaseDeclarationError(path, name, "unknown-field",
-                                   f"{callee} has no field(s) {', '.join(unknown)}; its fields are "
-                                   f"{', '.join(CASE_FIELDS[callee])}")
+                                   f"{kind.constructor} has no field(s) {', '.join(unknown)}; its fields are "
+                                   f"{', '.join(kind.names)}")
 
 
 def _scan_register_call(path: str, call: ast.Call, literals: Dict[str, object]) -> ScannedCase:
@@ -253,16 +240,12 @@ def _scan_register_call(path: str, call: ast.Call, literals: Dict[str, object]) 
             path, None, "static-scan",
             f"register() argument must be written as {' or '.join(CASE_CONSTRUCTORS)}(...) directly",
         )
-    callee = _callee_name(ctor.func)
-    if callee == "ScenarioCase":
-        kw, values, name, mesh_shape = _keyword_call(path, ctor, _SCENARIO_FIELDS, literals, "ScenarioCase")
-        _check_known_fields(path, name, callee, kw)
-        values["needs_mesh"] = True
-        return _scanned(path, name, mesh_shape, values, lineno, kind="scenario")
-    kw, values, name, mesh_shape = _keyword_call(path, ctor, _SCANNED_FIELDS, literals, "OpShardCase")
-    _check_known_fields(path, name, "OpShardCase", kw)
-    _check_placement_shapes(path, name, mesh_shape, kw)
-    return _scanned(path, name, mesh_shape, values, lineno)
+    kind = schema.KINDS[_callee_name(ctor.func)]
+    kw, values, name, mesh_shape = _keyword_call(path, ctor, kind.static_names, literals, kind.constructor)
+    _check_known_fields(path, name, kind, kw)
+    if kind is schema.OP:
+        _check_placement_shapes(path, name, mesh_shape, kw)
+    return _scanned(path, name, mesh_shape, {**kind.fixed, **values}, lineno, kind=kind.kind)
 
 
 def _keyword_call(path: str, call: ast.Call, fields: Sequence[str], literals: Dict[str, object], callee: str):
@@ -344,9 +327,11 @@ def _scan_sweep_call(path: str, call: ast.Call, literals: Dict[str, object]) -> 
     """The cases a ``register_sweep(...)`` call registers, and its summary line."""
     from .sweep import plan_sweep
 
-    kw, values, name, mesh_shape = _keyword_call(path, call, _SWEEP_FIELDS, literals, "register_sweep")
+    kw, values, name, mesh_shape = _keyword_call(path, call, schema.OP.static_names + schema.SWEEP_FIELDS, literals,
+                                                 "register_sweep")
     shapes = _input_shapes(path, name, kw.get("inputs"), literals)
     plan = plan_sweep(name, shapes, len(mesh_shape), values.get("partial_inputs"),
                       values.get("partial_ops", ("sum",)), values.get("max_partial_inputs"))
+    values = {**schema.OP.fixed, **values}
     cases = [_scanned(path, case_name, mesh_shape, values, call.lineno) for case_name, _ in plan.cases]
     return cases, f"{path}: {plan.summary(name)}"

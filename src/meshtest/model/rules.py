@@ -1,5 +1,5 @@
-"""The declaration rules, shared by registration (:mod:`meshtest.spec`) and the static scan
-(:mod:`meshtest.scan`), so both reject the same files with the same words.
+"""The declaration rules, shared by registration (:mod:`meshtest.model.spec`) and the static scan
+(:mod:`meshtest.model.scan`), so both reject the same files with the same words.
 
 Each ``check_*`` function raises :class:`meshtest.errors.CaseDeclarationError` with the
 rule id in its name, e.g. ``check_mesh_shape`` → rule ``mesh-shape``.
@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any, Optional, Sequence, Tuple
 
-from .errors import CaseDeclarationError
+from ..errors import CaseDeclarationError
 
 #: Gate tags, ``{platform}_{level}`` (seed 000 §8.5). ``*_level0`` gates are PR gates
 #: (fail-fast); ``*_level1`` gates are extended regressions (collect every failure).
@@ -162,7 +162,7 @@ def check_placements(
 
 
 #: Platform features a scenario case may require (``ScenarioCase.requires``). A platform's
-#: backend declares the ones it provides (:meth:`meshtest.backend.ShardBackend.features`); a
+#: backend declares the ones it provides (:meth:`meshtest.platforms.backend.ShardBackend.features`); a
 #: case needing one it lacks is reported ``unsupported`` naming the feature, never passed.
 FEATURES = {
     "dtensor": "DeviceMesh, DTensor, distribute_tensor, redistribute, Shard/Replicate/Partial",

@@ -2,9 +2,9 @@
 
 A case file registers :class:`OpShardCase` objects; the runner plans them into launches and
 each rank runs the pipeline ``build → (derive) → reference → distribute → run → gather →
-compare`` (see :mod:`meshtest.entry`). Everything here is platform-agnostic: tensors are
+compare`` (see :mod:`meshtest.rank.pipeline`). Everything here is platform-agnostic: tensors are
 described by :class:`InputSpec` and built as NumPy arrays, which the platform's
-:class:`meshtest.backend.ShardBackend` turns into its own tensors.
+:class:`meshtest.platforms.backend.ShardBackend` turns into its own tensors.
 """
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import rules
-from .errors import CaseDeclarationError
+from ..errors import CaseDeclarationError
+from . import rules, schema
+from .scan import ScannedCase
 
 #: Platform-agnostic dtype names. bfloat16 has no NumPy type: it is built as float32 and
 #: the backend casts it (so its values are the float32 values rounded to bfloat16).
@@ -176,8 +177,26 @@ class CompareSpec:
         return CompareSpec("shape", reason=reason)
 
 
+class _Case:
+    """What every case kind has beyond its declared fields (see :mod:`meshtest.model.schema`)."""
+
+    kind: str  # set by schema.declares
+
+    @property
+    def world_size(self) -> int:
+        """Ranks needed: ``prod(mesh_shape)``."""
+        return rules.world_size(self.mesh_shape)  # type: ignore[attr-defined]
+
+    def to_scanned(self, file: str, lineno: int) -> ScannedCase:
+        """What the static scan must have read for this (validated) case, declared in ``file``
+        at ``lineno``: its static fields (:data:`meshtest.model.schema.SCANNED_FIELDS`)."""
+        return ScannedCase(file=file, lineno=lineno, kind=self.kind,
+                           **{n: getattr(self, n) for n in schema.SCANNED_FIELDS})
+
+
+@schema.declares(schema.OP)
 @dataclass(frozen=True)
-class OpShardCase:
+class OpShardCase(_Case):
     """One distributed-op test case: an op, its full inputs, their placements, a comparison.
 
     :param name: unique across all case files; used in CLI filters and reports.
@@ -193,7 +212,7 @@ class OpShardCase:
         ``needs_mesh=True`` the case reads real axis names from the mesh (e.g. to find a
         communication group), so the names are kept and only cases with the same names share.
     :param compare: a :class:`CompareSpec`.
-    :param tags: gate tags from :data:`meshtest.rules.GATE_TAGS`.
+    :param tags: gate tags from :data:`meshtest.model.rules.GATE_TAGS`.
     :param derived_inputs: :class:`DerivedSpec` list, see there.
     :param compare_outputs: indices of the outputs to gather and compare when ``fn`` returns
         several (others are ignored); ``None`` compares all. Range is checked at run time.
@@ -231,7 +250,9 @@ class OpShardCase:
     grad_compare: Optional[CompareSpec] = None
     timeout_s: Optional[float] = None
 
-    kind = "op"
+    #: op cases declare no platform features and no test-plan ID (the schema's fixed values)
+    requires = ()
+    spec_id = None
 
     @property
     def needs_grad(self) -> bool:
@@ -241,11 +262,6 @@ class OpShardCase:
     def grad_seed(self, output_index: int) -> int:
         """Seed of ``G_i``, the upstream gradient of output ``i``: ``crc32(f"{name}:grad:{i}")``."""
         return zlib.crc32(f"{self.name}:grad:{output_index}".encode())
-
-    @property
-    def world_size(self) -> int:
-        """Ranks needed: ``prod(mesh_shape)``."""
-        return rules.world_size(self.mesh_shape)
 
     def validated(self, file: str) -> "OpShardCase":
         """Check every declaration rule; return a normalised copy.
@@ -308,8 +324,9 @@ class OpShardCase:
         return zlib.crc32(f"{self.name}:{index}".encode())
 
 
+@schema.declares(schema.SCENARIO)
 @dataclass(frozen=True)
-class ScenarioCase:
+class ScenarioCase(_Case):
     """A scenario case: a function run on every rank of a named mesh, asserting inside.
 
     For tests that are not "one op, full inputs, compare": build a module, apply a
@@ -318,7 +335,7 @@ class ScenarioCase:
     rank exactly like :class:`OpShardCase`.
 
     :param name: unique across all case files.
-    :param fn: ``fn(ctx)`` with ``ctx`` a :class:`meshtest.scenario.ScenarioContext` (the mesh,
+    :param fn: ``fn(ctx)`` with ``ctx`` a :class:`meshtest.rank.scenario.ScenarioContext` (the mesh,
         the backend, this rank, the platform's API namespace, ``step``/``note``/``assert_close``).
         Returning normally is a pass; ``AssertionError`` (including a failed
         ``ctx.assert_close``) is ``fail``; any other exception is ``error`` at the current step.
@@ -326,9 +343,9 @@ class ScenarioCase:
     :param mesh_dim_names: real axis names (default ``d0, d1, ...``); kept, since a scenario
         reads them (``mesh["tp"]``), so only scenarios and ``needs_mesh`` cases with the same
         names share a launch.
-    :param tags: gate tags from :data:`meshtest.rules.GATE_TAGS`.
+    :param tags: gate tags from :data:`meshtest.model.rules.GATE_TAGS`.
     :param requires: platform features the scenario needs (names in
-        :data:`meshtest.rules.FEATURES`). On a platform that lacks one, the case is reported
+        :data:`meshtest.model.rules.FEATURES`). On a platform that lacks one, the case is reported
         ``unsupported`` naming the missing features: counted and listed separately, never a pass.
     :param spec_id: ID of the test-plan item the case implements (e.g. ``"A6"`` of seed 003
         §8.2); reports print a table by ID.
@@ -354,12 +371,6 @@ class ScenarioCase:
 
     #: scenarios always get the real mesh (and keep their axis names when planned)
     needs_mesh = True
-    kind = "scenario"
-
-    @property
-    def world_size(self) -> int:
-        """Ranks needed: ``prod(mesh_shape)``."""
-        return rules.world_size(self.mesh_shape)
 
     def validated(self, file: str) -> "ScenarioCase":
         """Check every declaration rule; return a normalised copy.

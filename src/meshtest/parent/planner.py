@@ -9,26 +9,12 @@ of the same names. ``solo_launcher=True`` cases get a group of their own.
 from __future__ import annotations
 
 import fnmatch
-import json
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Sequence, Tuple
 
-from . import rules
-from .errors import SelectionError
-from .scan import ScannedCase
-
-PLAN_VERSION = 1
-#: Default deadline of one case, in seconds (a launch's deadline is the sum over its cases
-#: plus the runner's launch overhead). The process group timeout is half of it.
-DEFAULT_CASE_TIMEOUT_S = 120.0
-#: Seconds a rank that finished a case waits at the end-of-case fence beyond the case deadline:
-#: more than the runner's stack-dump grace (3 s), so a peer stuck inside the case is reported as
-#: that peer's timeout (with stacks) before the waiting rank gives up.
-FENCE_MARGIN_S = 15.0
-#: Exit code of a rank that gave up its launch (end-of-case fence failed); the runner relaunches
-#: the cases not yet recorded by every rank.
-GAVE_UP_EXIT = 3
-
+from ..errors import SelectionError
+from ..model import rules
+from ..model.scan import ScannedCase
 
 def normalised_dim_names(ndim: int) -> Tuple[str, ...]:
     """Axis names given to a mesh whose cases use names only as labels: ``("d0", "d1", ...)``."""
@@ -139,43 +125,3 @@ def select_cases(
             )
         out = [c for c in out if any(fnmatch.fnmatchcase(c.name, p) for p in name_patterns)]
     return out
-
-
-def write_plan(path: str, group: Group, *, platform: str, device_kind: str, out_dir: str, case_timeout_s: float,
-               slots: Sequence[int] = (), fail_fast: bool = False) -> None:
-    """Write the versioned launch plan that every rank of ``group`` reads (``--plan PATH``).
-
-    One file per launch carries every setting the ranks need (no settings smuggled through
-    environment variables; only the platform's own device-visibility variable is set too).
-
-    :param slots: device slot ids the launch holds (device ids on NPU/CUDA).
-    :param fail_fast: the ranks stop together after the first case that fails on any rank.
-    """
-    doc = {
-        "version": PLAN_VERSION,
-        "group_id": group.group_id,
-        "platform": platform,
-        "device_kind": device_kind,
-        "mesh_shape": list(group.mesh_shape),
-        "mesh_dim_names": list(group.mesh_dim_names),
-        "out_dir": out_dir,
-        "case_timeout_s": case_timeout_s,
-        "slots": list(slots),
-        "fail_fast": fail_fast,
-        "cases": [c.to_json() for c in group.cases],
-    }
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
-
-
-def read_plan(path: str) -> dict:
-    """Read a launch plan written by :func:`write_plan`.
-
-    :raises ValueError: the plan's version is not :data:`PLAN_VERSION`.
-    """
-    with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
-    if doc.get("version") != PLAN_VERSION:
-        raise ValueError(f"{path}: launch plan version {doc.get('version')!r}, this meshtest reads {PLAN_VERSION}")
-    doc["cases"] = [ScannedCase.from_json(c) for c in doc["cases"]]
-    return doc

@@ -1,24 +1,24 @@
-"""What a :class:`meshtest.spec.ScenarioCase` function receives on each rank.
+"""What a :class:`meshtest.model.spec.ScenarioCase` function receives on each rank.
 
 A scenario is written against the platform's API namespace (``ctx.api``), which the backend
-supplies (:meth:`meshtest.backend.ShardBackend.scenario_api`), and asserts inside. Its steps
+supplies (:meth:`meshtest.platforms.backend.ShardBackend.scenario_api`), and asserts inside. Its steps
 (``ctx.step("forward")``) are recorded like an op case's steps, so a hang or an error is
 reported with the step it happened in; comparisons use the core's rules
-(:func:`meshtest.compare.compare_arrays`), so a scenario compares exactly like an op case.
+(:func:`meshtest.rank.compare.compare_arrays`), so a scenario compares exactly like an op case.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, List, Optional
 
 from .compare import compare_arrays
-from .spec import CompareSpec
+from ..model.spec import CompareSpec
 
 
 class ScenarioContext:
     """Per-rank context of one scenario run.
 
     :ivar mesh: the launch's DeviceMesh (shape and axis names as the case declared).
-    :ivar backend: this rank's :class:`meshtest.backend.ShardBackend`.
+    :ivar backend: this rank's :class:`meshtest.platforms.backend.ShardBackend`.
     :ivar api: the platform's scenario API namespace (see the backend's ``scenario_api``).
     :ivar rank: this process's global rank; ``world_size``: number of ranks.
     :ivar platform: the platform name, e.g. ``"torch"``.
@@ -49,15 +49,15 @@ class ScenarioContext:
 
     def assert_close(self, actual: Any, expected: Any, *, rtol: float, atol: float, label: str = "output") -> None:
         """Check two full (plain) tensors with ``|actual - expected| <= atol + rtol * |expected|``
-        elementwise, shape and dtype equal (:func:`meshtest.compare.compare_arrays`).
+        elementwise, shape and dtype equal (:func:`meshtest.rank.compare.compare_arrays`).
 
-        :raises meshtest.compare.CompareError: (an ``AssertionError``) naming ``label`` and the
+        :raises meshtest.rank.compare.CompareError: (an ``AssertionError``) naming ``label`` and the
             worst element.
         """
         self._compare(actual, expected, CompareSpec.allclose(rtol=rtol, atol=atol), label)
 
     def assert_equal(self, actual: Any, expected: Any, label: str = "output") -> None:
-        """Bitwise-equal values, shape and dtype. :raises meshtest.compare.CompareError:"""
+        """Bitwise-equal values, shape and dtype. :raises meshtest.rank.compare.CompareError:"""
         self._compare(actual, expected, CompareSpec.equal(), label)
 
     def _compare(self, actual: Any, expected: Any, spec: CompareSpec, label: str) -> None:

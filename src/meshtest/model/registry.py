@@ -2,7 +2,7 @@
 
 ``register()`` is what case files call. :func:`load_case_file` imports one file by path and
 returns the cases it registered; :func:`check_against_scan` then compares them with the
-static scan that planned the run (:mod:`meshtest.scan`) and fails loudly on any
+static scan that planned the run (:mod:`meshtest.model.scan`) and fails loudly on any
 difference, so the planner and the ranks can never work from two drifting case lists.
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ import sys
 import traceback
 from typing import Dict, Iterator, List, Optional, Union
 
-from .errors import CaseDeclarationError, CaseFileError
-from .scan import FileScan, ScannedCase
+from ..errors import CaseDeclarationError, CaseFileError
+from .scan import FileScan
 from .spec import OpShardCase, ScenarioCase
 
 #: What a case file may register.
@@ -87,13 +87,13 @@ def register_sweep(
 ):
     """Register one :class:`OpShardCase` per valid placement combination of ``inputs`` on the mesh.
 
-    Names, order and skip rules come from :func:`meshtest.sweep.plan_sweep` (see there); the
+    Names, order and skip rules come from :func:`meshtest.model.sweep.plan_sweep` (see there); the
     static scan reads the same call and derives the same cases, so ``name``, ``mesh_shape``,
     ``mesh_dim_names``, ``tags``, ``partial_inputs``, ``partial_ops``, ``max_partial_inputs``
     and each input's shape must be literals. Other keyword arguments (``compare``,
     ``mesh_dim_names``, ``tags``, ``grad_compare``, ...) are passed to every case.
 
-    :returns: the :class:`meshtest.sweep.SweepPlan` (cases registered, skips counted by reason).
+    :returns: the :class:`meshtest.model.sweep.SweepPlan` (cases registered, skips counted by reason).
     :raises CaseDeclarationError: as :func:`register`, for any generated case.
     """
     from .sweep import plan_sweep
@@ -145,8 +145,9 @@ def load_case_file(path: str, registry: Registry) -> List[Case]:
 def check_against_scan(scan: FileScan, loaded: List[Case]) -> None:
     """Fail when what ``loaded`` registered differs from what the static scan declared.
 
-    Compares, per case: presence, order, kind, mesh shape, axis names, tags, ``needs_mesh``,
-    ``solo_launcher``, and a scenario's ``requires`` and ``spec_id``.
+    Compares, per case: presence, order, kind, and every static field of the schema
+    (:data:`meshtest.model.schema.SCANNED_FIELDS`: mesh shape, axis names, tags, ``needs_mesh``,
+    ``solo_launcher``, a scenario's ``requires`` and ``spec_id``).
 
     :raises CaseFileError: rule ``scan-mismatch``, listing every difference.
     """
@@ -160,11 +161,7 @@ def check_against_scan(scan: FileScan, loaded: List[Case]) -> None:
         case = by_name.get(sc.name)
         if case is None:
             continue
-        got = ScannedCase(
-            file=sc.file, name=case.name, mesh_shape=case.mesh_shape, mesh_dim_names=case.mesh_dim_names,
-            tags=case.tags, needs_mesh=case.needs_mesh, solo_launcher=case.solo_launcher, lineno=sc.lineno,
-            kind=case.kind, requires=getattr(case, "requires", ()), spec_id=getattr(case, "spec_id", None),
-        )
+        got = case.to_scanned(sc.file, sc.lineno)
         if got != sc:
             problems.append(f"case {sc.name!r}: scanned {sc.to_json()} but registered {got.to_json()}")
     if problems:

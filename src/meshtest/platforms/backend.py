@@ -1,6 +1,6 @@
 """The ``ShardBackend`` port: what a platform must provide to run meshtest cases.
 
-The platform-agnostic core (everything in :mod:`meshtest` except :mod:`meshtest.backends`)
+The platform-agnostic core (everything in :mod:`meshtest` except the adapters in :mod:`meshtest.platforms`)
 talks to tensors, meshes and process groups only through this interface, and never imports
 torch or mindspore. A backend supplies primitives; shared policy (comparison, step order,
 result records) stays in the core.
@@ -10,7 +10,7 @@ Adding a platform — a minimal complete example::
     # my_pkg/my_backend.py
     import numpy as np
     import my_framework as mf
-    from meshtest.backend import ShardBackend
+    from meshtest.platforms.backend import ShardBackend
 
     class MyBackend(ShardBackend):
         platform = "myfw"
@@ -58,7 +58,7 @@ from typing import Any, Dict, Sequence, Tuple
 
 import numpy as np
 
-from .placement import Placement
+from ..model.placement import Placement
 
 
 class ShardBackend(ABC):
@@ -116,7 +116,7 @@ class ShardBackend(ABC):
 
     @abstractmethod
     def dtype_name(self, tensor: Any) -> str:
-        """Platform-agnostic dtype name of ``tensor`` (see :data:`meshtest.spec.DTYPES`)."""
+        """Platform-agnostic dtype name of ``tensor`` (see :data:`meshtest.model.spec.DTYPES`)."""
 
     @abstractmethod
     def backward(self, outputs: Sequence[Any], grad_outputs: Sequence[Any]) -> None:
@@ -154,10 +154,10 @@ class ShardBackend(ABC):
         return self.recover_after_failure(timeout_s)
 
     def features(self) -> frozenset:
-        """Platform features this backend provides, from :data:`meshtest.rules.FEATURES`.
+        """Platform features this backend provides, from :data:`meshtest.model.rules.FEATURES`.
 
         Probe the installed library rather than hard-coding a list, so a newer release that
-        gains a feature runs the cases that need it. A :class:`meshtest.spec.ScenarioCase`
+        gains a feature runs the cases that need it. A :class:`meshtest.model.spec.ScenarioCase`
         requiring a feature missing here is reported ``unsupported`` (default: none).
         """
         return frozenset()
@@ -171,7 +171,7 @@ class ShardBackend(ABC):
         ``NoParallel``, ``parallelize_module``; ``Shard``/``Replicate``/``Partial``, ``DTensor``,
         ``distribute_tensor``; ``CommDebugMode``; ``fully_shard`` — and, as ``torch``, ``nn`` and
         ``F``, a tensor library with torch's API (what scenarios build modules and inputs
-        with). See :mod:`meshtest.backends.torch_gloo` for the torch platform's namespace.
+        with). See :mod:`meshtest.platforms.torch_gloo` for the torch platform's namespace.
 
         :raises NotImplementedError: the platform runs op cases only.
         """
@@ -184,7 +184,7 @@ class BackendInfo:
 
     :param platform: platform name.
     :param target: ``"module.path:ClassName"`` of the :class:`ShardBackend` subclass.
-    :param launcher: launcher kind the parent uses (see :mod:`meshtest.launcher`).
+    :param launcher: launcher kind the parent uses (see :mod:`meshtest.parent.launch`).
     """
 
     platform: str
@@ -237,4 +237,4 @@ def load_backend(platform: str) -> ShardBackend:
     return getattr(importlib.import_module(module), cls)()
 
 
-register_backend(BackendInfo("torch", "meshtest.backends.torch_gloo:TorchGlooBackend", launcher="torchrun"))
+register_backend(BackendInfo("torch", "meshtest.platforms.torch_gloo:TorchGlooBackend", launcher="torchrun"))

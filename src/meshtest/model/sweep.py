@@ -1,7 +1,7 @@
 """Placement sweeps: one case per placement combination of an op's inputs on a mesh.
 
-Used by :func:`meshtest.registry.register_sweep` at run time and by the static scan
-(:mod:`meshtest.scan`) when it reads a ``register_sweep(...)`` call, so both derive the same
+Used by :func:`meshtest.model.registry.register_sweep` at run time and by the static scan
+(:mod:`meshtest.model.scan`) when it reads a ``register_sweep(...)`` call, so both derive the same
 case names. Stdlib only (the Pants plugin imports it through the scan).
 
 Per input and mesh dimension the choices are ``Replicate()``, ``Shard(d)`` for every tensor

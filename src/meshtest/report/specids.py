@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
-from .scan import FileScan
+from ..model.scan import FileScan
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,17 @@ from typing import Dict, List, Sequence
 
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
-from .reporter import CaseOutcome, format_outcome
+from ..contract import CaseOutcome
+from ..status import Status
+from .reporter import format_outcome
 
 
 def _message(o: CaseOutcome) -> str:
     parts = []
     for f in o.failures:
-        first = (f["error"].strip().splitlines() or [""])[0]
-        parts.append(f"rank {f['rank']}: {f['status']} at step {f['step']}: {first}")
-    return "; ".join(dict.fromkeys(parts)) or o.status
+        first = (f.error.strip().splitlines() or [""])[0]
+        parts.append(f"rank {f.rank_label}: {f.status} at step {f.step}: {first}")
+    return "; ".join(dict.fromkeys(parts)) or o.status.value
 
 
 def write_junit(path: str, outcomes: Sequence[CaseOutcome]) -> None:
@@ -33,17 +35,18 @@ def write_junit(path: str, outcomes: Sequence[CaseOutcome]) -> None:
         suite = TestSuite(file)
         for o in items:
             case = TestCase(o.case, classname=file, time=o.slowest_s)
-            if o.status == "fail" or o.status == "xpass":
-                result = Failure(_message(o) if o.status == "fail" else "passed but is marked known_failure", o.status)
+            if o.status in (Status.FAIL, Status.XPASS):
+                result = Failure(_message(o) if o.status is Status.FAIL else "passed but is marked known_failure",
+                                 o.status.value)
                 result.text = format_outcome(o)
                 case.result = [result]
-            elif o.status == "unsupported":
-                case.result = [Skipped(_message(o), "unsupported")]
-            elif o.status not in ("pass", "xfail"):
-                result = Error(_message(o), o.status)
+            elif o.status is Status.UNSUPPORTED:
+                case.result = [Skipped(_message(o), Status.UNSUPPORTED.value)]
+            elif not o.status.passing:
+                result = Error(_message(o), o.status.value)
                 result.text = format_outcome(o)
                 case.result = [result]
-            elif o.status == "xfail":
+            elif o.status is Status.XFAIL:
                 case.system_out = "known failure (xfail): " + _message(o)
             suite.add_testcase(case)
         xml.add_testsuite(suite)

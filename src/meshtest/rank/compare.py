@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .spec import CompareSpec
+from ..model.spec import CompareSpec
 
 
 class CompareError(AssertionError):

@@ -19,8 +19,8 @@ from torch.distributed.tensor import Partial as TPartial
 from torch.distributed.tensor import Replicate as TReplicate
 from torch.distributed.tensor import Shard as TShard
 
-from ..backend import ShardBackend
-from ..placement import Partial, Placement, Replicate, Shard
+from .backend import ShardBackend
+from ..model.placement import Partial, Placement, Replicate, Shard
 
 _DTYPES = {
     "float16": torch.float16,
@@ -130,7 +130,7 @@ class TorchGlooBackend(ShardBackend):
             dist.destroy_process_group()
 
     def features(self) -> frozenset:
-        """Probed from the installed torch (see :data:`meshtest.rules.FEATURES`)."""
+        """Probed from the installed torch (see :data:`meshtest.model.rules.FEATURES`)."""
         import torch.distributed.tensor.parallel as tp
 
         found = {"dtensor"}

@@ -1,1 +1,0 @@
-"""Platform adapters of the :class:`meshtest.backend.ShardBackend` port (these import their platform)."""

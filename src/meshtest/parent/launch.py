@@ -1,0 +1,301 @@
+"""One launch of a group's ranks, watched case by case.
+
+The runner writes the group's :class:`meshtest.contract.LaunchPlan`, starts the platform's
+launcher (:func:`launch_command`) and, while it runs, follows every rank's event stream
+(:class:`RankWatcher`): a rank still inside a case past the case's deadline (plus
+:data:`meshtest.contract.DUMP_GRACE_S` for its Python stack dump) ends the launch, and so does a
+rank that makes no progress at all for :data:`meshtest.contract.LAUNCH_OVERHEAD_S` (start-up,
+teardown). Whatever ends it, the launch's whole process group is killed afterwards.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+from ..contract import (DUMP_GRACE_S, FENCE_SLACK_S, LAUNCH_OVERHEAD_S, CaseStarted, FenceEntered, LaunchPlan,
+                        RankDone, RankRecord, StepEntered, Stopped, event_from_json)
+from ..platforms.backend import backend_info
+from ..proctree import die_with_parent
+from .planner import Group
+from .slots import SlotLease
+
+#: Poll interval of the watcher, in seconds.
+POLL_S = 0.2
+#: Variable that tells a launch's ranks which devices they own, per device kind. On CPU,
+#: slots only bound concurrency; the ids still reach the ranks (and their logs).
+DEVICE_VISIBILITY_ENV = {"cpu": "MESHTEST_SLOT_IDS", "npu": "ASCEND_RT_VISIBLE_DEVICES", "cuda": "CUDA_VISIBLE_DEVICES"}
+#: The module every rank runs.
+RANK_ENTRY = "meshtest.rank.entry"
+
+
+def launch_command(kind: str, nproc: int, entry_args: Sequence[str], python: str = sys.executable,
+                   master_port: Optional[int] = None) -> List[str]:
+    """Command line that starts ``nproc`` ranks of :data:`RANK_ENTRY` with ``entry_args``.
+
+    ``torchrun``: ``python -m torch.distributed.run --standalone`` (single node; the
+    rendezvous store binds an OS-assigned free port, so concurrent launches do not clash).
+    With ``master_port`` (sites that need a fixed port, ``$MESHTEST_MASTER_PORT``): static
+    rendezvous on ``127.0.0.1:master_port``, where a port already in use fails the launch with
+    ``EADDRINUSE`` and the runner retries on another port.
+
+    :param nproc: number of ranks; must equal prod(mesh_shape) of the launch's cases.
+    :raises ValueError: unknown ``kind`` or ``nproc < 1``.
+    """
+    if nproc < 1:
+        raise ValueError(f"nproc must be >= 1, got {nproc}")
+    if kind == "torchrun":
+        rendezvous = (["--standalone"] if master_port is None
+                      else ["--master-addr=127.0.0.1", f"--master-port={master_port}"])
+        return [python, "-m", "torch.distributed.run", *rendezvous, "--nnodes=1", f"--nproc-per-node={nproc}",
+                "-m", RANK_ENTRY, *entry_args]
+    raise ValueError(f"unknown launcher kind {kind!r}; known: torchrun")
+
+
+@dataclass
+class RankProgress:
+    """What the watcher knows of one rank.
+
+    :ivar case: the case the rank is inside (started, no result yet), or ``None``.
+    :ivar step: the last step it entered in that case.
+    :ivar deadline: Unix time by which the rank must make progress.
+    :ivar fence: the case whose end-of-case fence the rank waits in (its result is recorded).
+    """
+
+    case: Optional[str] = None
+    step: Optional[str] = None
+    deadline: float = 0.0
+    done: bool = False
+    fence: Optional[str] = None
+    offset: int = 0
+    partial: str = ""
+
+
+@dataclass
+class LaunchResult:
+    """How a launch ended.
+
+    :ivar rc: the launcher's exit code (negative: killed by that signal).
+    :ivar timed_out: the watcher killed the launch at a deadline.
+    :ivar wall_s: seconds from start to the end of the kill.
+    :ivar out_dir: the launch's directory (plan, logs, rank streams).
+    :ivar records: case → rank → that rank's record.
+    :ivar progress: rank → last known progress (which case and step it was in).
+    :ivar stopped_after: with ``fail_fast``, the failing case after which the ranks stopped.
+    """
+
+    rc: int
+    timed_out: bool
+    wall_s: float
+    out_dir: str
+    records: Dict[str, Dict[int, RankRecord]] = field(default_factory=dict)
+    progress: Dict[int, RankProgress] = field(default_factory=dict)
+    stopped_after: Optional[str] = None
+
+    def recorded_by_all(self, case: str, world_size: int) -> bool:
+        return len(self.records.get(case, {})) == world_size
+
+    def started(self, case: str) -> bool:
+        """Whether some rank began ``case`` (recorded it, or is or was inside it)."""
+        return case in self.records or any(p.case == case for p in self.progress.values())
+
+
+class RankWatcher:
+    """Incremental reader of a launch's ``rank<k>.jsonl`` event streams."""
+
+    def __init__(self, out_dir: str, world_size: int, started: float) -> None:
+        self.out_dir = out_dir
+        self.world_size = world_size
+        self.progress = {r: RankProgress(deadline=started + LAUNCH_OVERHEAD_S) for r in range(world_size)}
+        self.records: Dict[str, Dict[int, RankRecord]] = {}
+        #: the case after which the ranks agreed to stop (fail-fast gates)
+        self.stopped_after: Optional[str] = None
+
+    def poll(self) -> None:
+        """Read what the ranks appended since the last poll.
+
+        :raises meshtest.contract.ContractError: a rank wrote an event the contract does not know.
+        """
+        for rank, prog in self.progress.items():
+            path = os.path.join(self.out_dir, f"rank{rank}.jsonl")
+            try:
+                with open(path, encoding="utf-8") as f:
+                    f.seek(prog.offset)
+                    chunk = f.read()
+                    prog.offset = f.tell()
+            except FileNotFoundError:
+                continue
+            lines = (prog.partial + chunk).split("\n")
+            prog.partial = lines.pop()  # an unterminated last line waits for the next poll
+            for line in lines:
+                if line.strip():
+                    self._apply(rank, prog, line, f"{path}:{line[:60]}")
+
+    def _apply(self, rank: int, prog: RankProgress, line: str, where: str) -> None:
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError:
+            return  # a line cut by a crash
+        event = event_from_json(doc, where)
+        now = time.time()
+        if isinstance(event, CaseStarted):
+            prog.case, prog.step, prog.fence = event.case, "build", None
+            prog.deadline = event.t + event.timeout_s + DUMP_GRACE_S
+        elif isinstance(event, StepEntered):
+            prog.step = event.step
+        elif isinstance(event, FenceEntered):  # recorded its result; waits for the others to finish the case
+            prog.fence = event.case
+            prog.deadline = now + event.timeout_s + DUMP_GRACE_S + FENCE_SLACK_S
+        elif isinstance(event, Stopped):
+            self.stopped_after = event.after
+        elif isinstance(event, RankDone):
+            prog.done, prog.case = True, None
+            prog.deadline = now + LAUNCH_OVERHEAD_S
+        elif isinstance(event, RankRecord):
+            self.records.setdefault(event.case, {})[rank] = event
+            prog.case, prog.step, prog.fence = None, None, None
+            prog.deadline = now + LAUNCH_OVERHEAD_S
+
+    def overdue(self, now: float) -> bool:
+        return any(now > p.deadline for p in self.progress.values())
+
+    def cases_done(self) -> int:
+        """Cases every rank recorded so far."""
+        return sum(len(by_rank) == self.world_size for by_rank in self.records.values())
+
+    def current_case(self) -> str:
+        """A case some rank is inside now, or ``""``."""
+        return next((p.case for p in self.progress.values() if p.case), "") or ""
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # already gone
+
+
+def _launch_env(device_kind: str, slot_ids: Sequence[int]) -> Dict[str, str]:
+    env = dict(os.environ)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env[DEVICE_VISIBILITY_ENV.get(device_kind, "MESHTEST_SLOT_IDS")] = ",".join(map(str, slot_ids))
+    return env
+
+
+def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: float, out_dir: str,
+           lease: SlotLease, fail_fast: bool = False, master_port: Optional[int] = None,
+           header: str = "", on_poll: Optional[Callable[[RankWatcher], None]] = None) -> LaunchResult:
+    """Run ``group`` as one launch on the first ``world_size`` slots of ``lease``, watching it.
+
+    The lease's lock files are inherited by the launch (``pass_fds``), so its slots stay held as
+    long as any of its processes lives. Whatever ends the launch — exit, deadline, Ctrl-C or
+    SIGTERM of the runner — its whole process group is killed afterwards: no rank survives.
+
+    :param master_port: rendezvous port (``None``: the launcher picks a free one).
+    :param header: a line written at the top of ``launcher.log`` (e.g. why this is a retry).
+    :param on_poll: called with the :class:`RankWatcher` after each poll (progress reporting).
+    """
+    if os.path.isdir(out_dir) and os.listdir(out_dir):
+        # A reused --artifacts-dir: ranks append to their files and the watcher reads them from
+        # the start, so an earlier run's lines must not be there. Keep them under another name.
+        os.rename(out_dir, f"{out_dir}.previous-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    os.makedirs(out_dir, exist_ok=True)
+    plan_path = os.path.abspath(os.path.join(out_dir, "plan.json"))
+    slot_ids = tuple(lease.slots[: group.world_size])
+    LaunchPlan(group_id=group.group_id, platform=platform, device_kind=device_kind, mesh_shape=group.mesh_shape,
+               mesh_dim_names=group.mesh_dim_names, out_dir=os.path.abspath(out_dir), case_timeout_s=case_timeout_s,
+               cases=group.cases, slots=slot_ids, fail_fast=fail_fast).write(plan_path)
+    cmd = launch_command(backend_info(platform).launcher, group.world_size, ["--plan", plan_path],
+                         master_port=master_port)
+    t0 = time.monotonic()
+    watcher = RankWatcher(out_dir, group.world_size, time.time())
+    timed_out = False
+    with open(os.path.join(out_dir, "launcher.log"), "w", encoding="utf-8") as logf:
+        if header:
+            logf.write(f"# {header}\n")
+        logf.write("$ " + " ".join(cmd) + "\n")
+        logf.flush()
+        # Own session, so the launch (launcher and ranks) can be killed as one group;
+        # die_with_parent so it also dies if this runner is killed outright.
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=_launch_env(device_kind, slot_ids),
+                                pass_fds=lease.fds, start_new_session=True, preexec_fn=die_with_parent)
+        try:
+            while proc.poll() is None:
+                time.sleep(POLL_S)
+                watcher.poll()
+                if on_poll is not None:
+                    on_poll(watcher)
+                if watcher.overdue(time.time()):
+                    timed_out = True
+                    break
+        finally:
+            _kill_group(proc.pid)
+            rc = proc.wait()
+    watcher.poll()
+    return LaunchResult(rc, timed_out, time.monotonic() - t0, out_dir, watcher.records, watcher.progress,
+                        watcher.stopped_after)
+
+
+def salvage(group: Group, out_dir: str) -> Dict[str, Dict[int, RankRecord]]:
+    """The records of an interrupted launch's directory (case → rank → record)."""
+    watcher = RankWatcher(out_dir, group.world_size, time.time())
+    watcher.poll()
+    return watcher.records
+
+
+_ADDR_IN_USE = re.compile(r"EADDRINUSE|[Aa]ddress already in use")
+
+
+def rendezvous_clashed(res: LaunchResult) -> bool:
+    """Whether a launch failed on a rendezvous address already in use: it ended with an error
+    before any rank started a case, and its ``launcher.log`` says ``EADDRINUSE``."""
+    if res.rc == 0 or res.timed_out or res.records or any(p.case or p.done for p in res.progress.values()):
+        return False
+    return bool(_ADDR_IN_USE.search(tail(os.path.join(res.out_dir, "launcher.log"), n=None)))
+
+
+def free_port() -> int:
+    """A TCP port the OS reports free on 127.0.0.1 now (another process may take it before the
+    launch binds it; that race is what the rendezvous retry covers)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tail(path: str, n: Optional[int] = 6) -> str:
+    """Last ``n`` lines of a text file (all with ``None``; ``''`` if unreadable)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.readlines()
+    except OSError:
+        return ""
+    return "".join(lines if n is None else lines[-n:])
+
+
+_RANK_EXIT = re.compile(r"^\s*rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", re.M)
+
+
+def rank_exit_codes(launcher_log: str) -> Dict[int, int]:
+    """Exit codes of failed ranks from torchrun's failure report (``rank : k`` followed by
+    ``exitcode : c`` in its ChildFailedError summary); ranks it does not list are absent."""
+    return {int(r): int(c) for r, c in _RANK_EXIT.findall(tail(launcher_log, n=None))}
+
+
+def describe_exit(rc: int) -> str:
+    """``exit 1`` / ``killed by SIGKILL``."""
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit {rc}"

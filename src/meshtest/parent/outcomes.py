@@ -1,0 +1,106 @@
+"""Every way the parent turns what it saw into a :class:`meshtest.contract.CaseOutcome`.
+
+- :func:`aggregate` — a case every rank recorded: the worst rank status wins
+  (:data:`meshtest.status.PRECEDENCE`), with ``xpass`` only when every rank passed;
+- :func:`interrupted` — a case its launch died in (``timeout`` or ``crash``): each rank's record,
+  or the step it was in and the tail of its log;
+- :func:`not_run` — cases a fail-fast gate did not start;
+- :func:`file_error` — a case file that could not be scanned.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Mapping, Sequence
+
+from ..contract import GAVE_UP_EXIT, CaseOutcome, RankFailure, RankRecord
+from ..model.scan import ScannedCase
+from ..status import Status, worst
+from .launch import LaunchResult, describe_exit, rank_exit_codes, tail
+from .planner import Group
+
+
+def aggregate(case: str, file: str, group: str, world_size: int, by_rank: Mapping[int, RankRecord],
+              missing_reason: str = "", launch_dir: str = "") -> CaseOutcome:
+    """Aggregate one case's rank records (``by_rank``: rank → record).
+
+    :param missing_reason: error text for ranks that recorded nothing (names the launch fault).
+    """
+    failures: List[RankFailure] = []
+    statuses = set()
+    slowest, slowest_rank = 0.0, None
+    ordered = [r for _, r in sorted(by_rank.items())]
+    for rank in range(world_size):
+        rec = by_rank.get(rank)
+        if rec is None:
+            statuses.add(Status.MISSING)
+            failures.append(RankFailure(rank, Status.MISSING, "?", missing_reason))
+            continue
+        statuses.add(rec.status)
+        if rec.duration_s >= slowest:
+            slowest, slowest_rank = rec.duration_s, rank
+        if rec.status is not Status.PASS:
+            failures.append(RankFailure(rank, rec.status, rec.step, rec.error))
+    status = worst(statuses)
+    if status is Status.XPASS and statuses - {Status.XPASS}:
+        status = Status.XFAIL
+    return CaseOutcome(case, file, group, world_size, status, slowest, slowest_rank,
+                       tuple(failures) if status is not Status.PASS else (),
+                       known_failure=next((r.known_failure for r in ordered if r.known_failure), ""),
+                       launch_dir=launch_dir, divergence=next((r.divergence for r in ordered if r.divergence), ""),
+                       detail=next((r.detail for r in ordered if r.detail), ""))
+
+
+def _why_missing(rank: int, res: LaunchResult, exits: Dict[int, int]) -> str:
+    prog = res.progress.get(rank)
+    if exits.get(rank) == GAVE_UP_EXIT:
+        return (f"the rank left the launch (exit {GAVE_UP_EXIT}) after its end-of-case fence failed"
+                + (f" at the end of {prog.fence}" if prog is not None and prog.fence else "")
+                + ": a peer did not finish a case or the process group broke")
+    if res.timed_out:
+        return "did not finish before the case deadline; the launch was killed"
+    if rank in exits:
+        return f"the rank died ({describe_exit(exits[rank])}) before recording the case"
+    return f"the launch ended ({describe_exit(res.rc)}) before this rank recorded the case"
+
+
+def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Status) -> CaseOutcome:
+    """Outcome of the case a launch died in: ``status`` is ``timeout`` (killed at its deadline)
+    or ``crash``.
+
+    Ranks that recorded a result keep it (a rank that passed and then waited at the
+    end-of-case fence is ``waited``); each other rank is reported with the step it was in and
+    the tail of its log (where a timed-out rank's stack dump is).
+    """
+    by_rank = res.records.get(case.name, {})
+    exits = rank_exit_codes(os.path.join(res.out_dir, "launcher.log"))
+    failures = []
+    for rank in range(group.world_size):
+        rec, prog = by_rank.get(rank), res.progress.get(rank)
+        if rec is not None:
+            if rec.status is not Status.PASS:
+                failures.append(RankFailure(rank, rec.status, rec.step, rec.error))
+            elif prog is not None and prog.fence == case.name:
+                failures.append(RankFailure(rank, Status.WAITED, "fence", (
+                    f"finished the case ({rec.status}) and waited at its end for the other ranks: "
+                    "a collective one rank skipped, added or reordered leaves the others blocked")))
+            continue
+        step = prog.step if prog is not None and prog.case == case.name else "not started"
+        log_tail = tail(os.path.join(res.out_dir, f"rank{rank}.log"), 12)
+        failures.append(RankFailure(rank, status, step or "?", (
+            f"{_why_missing(rank, res, exits)}\n-- last lines of rank{rank}.log:\n{log_tail}"
+            f"-- last lines of launcher.log:\n{tail(os.path.join(res.out_dir, 'launcher.log'))}")))
+    slowest = max((r.duration_s for r in by_rank.values()), default=0.0)
+    return CaseOutcome(case.name, case.file, group.group_id, group.world_size, status, slowest, None, tuple(failures),
+                       launch_dir=os.path.basename(res.out_dir))
+
+
+def not_run(cases: Sequence[ScannedCase], group: Group, reason: str) -> List[CaseOutcome]:
+    """Outcomes for cases a fail-fast run did not start."""
+    return [CaseOutcome(c.name, c.file, group.group_id, group.world_size, Status.NOT_RUN,
+                        failures=(RankFailure(None, Status.NOT_RUN, "-", reason),)) for c in cases]
+
+
+def file_error(path: str, step: str, error: str) -> CaseOutcome:
+    """A case file that failed as a whole (its scan): one ``error`` outcome named after it."""
+    return CaseOutcome(case=f"<file {path}>", file=path, group="-", world_size=0, status=Status.ERROR,
+                       failures=(RankFailure(None, Status.ERROR, step, error),))

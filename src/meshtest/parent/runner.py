@@ -1,0 +1,314 @@
+"""Parent side: scan case files, select and plan cases, launch each group, report.
+
+The parent never imports a platform (torch, mindspore): it reads case files statically
+(:mod:`meshtest.model.scan`), writes one launch plan per group and starts the group's launcher.
+Artifacts, under ``artifacts_dir``::
+
+    ranks/<group>/plan.json        the launch plan every rank read
+    ranks/<group>/launcher.log     the launcher's own output
+    ranks/<group>/rank<k>.log      rank k's stdout/stderr
+    ranks/<group>/rank<k>.jsonl    rank k's per-case results
+    results.jsonl                  one aggregated outcome per case
+    summary.txt                    the report printed on stdout
+    junit.xml                      one <testcase> per case (failures name ranks and step)
+    report.html                    files → cases → ranks matrix, linking each rank's log and JSONL
+    targets/<file>/                results.jsonl and junit.xml of one case file
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..contract import DEFAULT_CASE_TIMEOUT_S, CaseOutcome
+from ..errors import SelectionError
+from ..model.scan import FileScan, ScannedCase, scan_case_file
+from ..platforms.backend import backend_info
+from ..report import reporter
+from ..report.html import write_html_report
+from ..report.junit import write_junit
+from ..report.results import write_results
+from . import outcomes, relaunch
+from .launch import LaunchResult, RankWatcher, describe_exit, free_port, launch, rendezvous_clashed, salvage
+from .planner import Group, plan_groups, select_cases
+from .progress import ProgressBoard
+from .slots import DEFAULT_SLOTS, SlotLease, SlotPool, SlotRequestError, default_slot_dir
+
+#: Environment variable with a fixed rendezvous port for the first launch attempt.
+MASTER_PORT_ENV = "MESHTEST_MASTER_PORT"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What to run and where to put the evidence.
+
+    :param tag_filters: Pants ``--tag`` style filters, see :func:`meshtest.parent.planner.select_cases`.
+    :param name_patterns: fnmatch patterns on case names.
+    :param fail_fast: stop at the first failing case (level0 gates); the cases not run are
+        reported ``not_run``. Off: run everything and list every failure (level1).
+    """
+
+    artifacts_dir: str
+    platform: str = "torch"
+    device_kind: str = "cpu"
+    tag_filters: Tuple[str, ...] = ()
+    name_patterns: Tuple[str, ...] = ()
+    case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S
+    slots: int = DEFAULT_SLOTS
+    slot_dir: str = ""
+    device_need: Optional[int] = None
+    target: str = ""
+    fail_fast: bool = False
+
+
+@dataclass
+class RunResult:
+    outcomes: List[CaseOutcome]
+    notes: List[str] = field(default_factory=list)
+    launches: int = 0
+    #: the group being run and its launch directory, while a launch is in flight
+    in_flight: Optional[Tuple[Group, str]] = None
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.outcomes) and not any(o.status.failing for o in self.outcomes)
+
+
+def scan_files(files: Sequence[str]) -> Tuple[List[ScannedCase], List[CaseOutcome], List[str]]:
+    """Scan every file; broken files and cross-file duplicate names become error outcomes.
+
+    :returns: (cases, error outcomes, scan notes such as sweep summaries).
+    """
+    cases: List[ScannedCase] = []
+    errors: List[CaseOutcome] = []
+    notes: List[str] = []
+    owner: Dict[str, str] = {}
+    for path in files:
+        scan: FileScan = scan_case_file(path)
+        if scan.error:
+            errors.append(outcomes.file_error(path, "scan", scan.error))
+            continue
+        notes.extend(scan.notes)
+        for c in scan.cases:
+            if c.name in owner:
+                errors.append(outcomes.file_error(
+                    path, "scan",
+                    f"{path}: case {c.name!r}: rule duplicate-name: also declared in {owner[c.name]}",
+                ))
+                continue
+            owner[c.name] = path
+            cases.append(c)
+    return cases, errors, notes
+
+
+def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
+              on_progress=None) -> Tuple[List[CaseOutcome], List[str], int]:
+    """Run a group's cases, relaunching after a hang or crash so no case is lost (the policy:
+    :func:`meshtest.parent.relaunch.decide`). Relaunches write to ``<group>.relaunch<k>/``; a
+    launch that failed its rendezvous on an address in use is kept as ``<dir>.addrinuse<k>``
+    and retried on another port.
+
+    :param on_progress: called with (cases of this group finished, case running on some rank or "")
+        while a launch runs.
+    :returns: (outcomes, report notes, number of launches). Each launch is also recorded in
+        the slot pool's audit log.
+    """
+    found: List[CaseOutcome] = []
+    notes: List[str] = []
+    remaining = list(group.cases)
+    attempt = launches = clashes = 0
+    port = int(os.environ[MASTER_PORT_ENV]) if os.environ.get(MASTER_PORT_ENV) else None
+    header = ""
+    while remaining:
+        sub_dir = out_dir if attempt == 0 else f"{out_dir}.relaunch{attempt}"
+        lease.pool.audit("launch", lease.target, lease.slots[: group.world_size], group.world_size)
+        launches += 1
+        res = launch(replace(group, cases=tuple(remaining)), platform=opts.platform, device_kind=opts.device_kind,
+                     case_timeout_s=opts.case_timeout_s, out_dir=sub_dir, lease=lease, fail_fast=opts.fail_fast,
+                     master_port=port, header=header, on_poll=_poller(on_progress, len(found)))
+        decision = relaunch.decide([c.name for c in remaining], _facts(res, group), clashes)
+        if decision.retry_rendezvous:
+            clashes += 1
+            header = _keep_aside(sub_dir, clashes, port)
+            port = free_port() if port is not None else None
+            notes.append(f"{header}; retrying on port {port or 'chosen by torchrun'}")
+            continue
+        header = ""
+        notes.append(f"launch {os.path.basename(sub_dir)}: {group.world_size} ranks, {len(remaining)} case(s), "
+                     f"{res.wall_s:.1f}s, {describe_exit(res.rc)}" + (", killed at a deadline" if res.timed_out else ""))
+        found.extend(_decided_outcomes(decision, group, res, remaining))
+        notes.extend(decision.notes)
+        by_name = {c.name: c for c in remaining}
+        remaining = [by_name[n] for n in decision.next_cases]
+        attempt += 1
+    return found, notes, launches
+
+
+def _facts(res: LaunchResult, group: Group) -> relaunch.LaunchFacts:
+    names = [c.name for c in group.cases]
+    return relaunch.LaunchFacts(
+        recorded=frozenset(n for n in names if res.recorded_by_all(n, group.world_size)),
+        started=frozenset(n for n in names if res.started(n)), stopped_after=res.stopped_after,
+        rendezvous_clash=rendezvous_clashed(res), timed_out=res.timed_out, clean=res.rc == 0,
+        exit_text=describe_exit(res.rc), launch_name=os.path.basename(res.out_dir), group_id=group.group_id)
+
+
+def _decided_outcomes(decision: relaunch.Decision, group: Group, res: LaunchResult,
+                      cases: Sequence[ScannedCase]) -> List[CaseOutcome]:
+    """The outcomes a decision reports, in plan order (recorded, interrupted, not run)."""
+    by_name = {c.name: c for c in cases}
+    launch_dir = os.path.basename(res.out_dir)
+    found = [outcomes.aggregate(n, by_name[n].file, group.group_id, group.world_size, res.records[n],
+                                launch_dir=launch_dir) for n in decision.complete]
+    found += [outcomes.interrupted(by_name[n], group, res, decision.interrupted_status) for n in decision.interrupted]
+    if decision.not_run:
+        found += outcomes.not_run([by_name[n] for n in decision.not_run], group,
+                                  f"not run: fail-fast gate stopped after {res.stopped_after} failed")
+    return found
+
+
+def _keep_aside(sub_dir: str, clashes: int, port: Optional[int]) -> str:
+    """Rename a launch directory that failed its rendezvous to ``<dir>.addrinuse<k>``; returns
+    the line that heads the retry's ``launcher.log`` and the report note."""
+    aside = f"{sub_dir}.addrinuse{clashes}"
+    if os.path.exists(aside):  # a reused --artifacts-dir: keep the earlier run's too
+        aside += f"-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    os.rename(sub_dir, aside)
+    return (f"rendezvous retry {clashes}/{relaunch.RENDEZVOUS_RETRIES}: the previous launch failed with address "
+            f"already in use (port {port or 'chosen by torchrun'}); its log: {os.path.basename(aside)}/launcher.log")
+
+
+def _poller(on_progress, finished_before: int):
+    if on_progress is None:
+        return None
+
+    def poll(watcher: RankWatcher) -> None:
+        on_progress(finished_before + watcher.cases_done(), watcher.current_case())
+    return poll
+
+
+def device_need(groups: Sequence[Group], declared: Optional[int]) -> int:
+    """Slots this run holds: ``declared`` (the build target's resource tag) or the largest
+    group's world size.
+
+    :raises SlotRequestError: a group needs more ranks than ``declared`` — the target's tag and the
+        planned launches disagree, which must never pass silently.
+    """
+    largest = max((g.world_size for g in groups), default=0)
+    if declared is None:
+        return largest
+    if largest > declared:
+        raise SlotRequestError(
+            f"launch group {max(groups, key=lambda g: g.world_size).group_id} needs {largest} ranks but the "
+            f"target declared a device need of {declared}; its tags are stale or were typed by hand"
+        )
+    return declared
+
+
+def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
+    """Scan, select, plan, take device slots, launch each group, report.
+
+    Whatever ends the run (Ctrl-C and SIGTERM included), the report, ``results.jsonl``,
+    ``junit.xml`` and ``report.html`` are written with what was recorded.
+
+    :raises SelectionError: name patterns match nothing, or the platform is unknown.
+    :raises meshtest.parent.slots.SlotRequestError: the run needs more slots than the pool has.
+    """
+    try:
+        backend_info(opts.platform)
+    except KeyError as e:
+        raise SelectionError(e.args[0]) from None
+    os.makedirs(opts.artifacts_dir, exist_ok=True)
+    cases, scan_errors, scan_notes = scan_files(files)
+    selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns)
+    groups = plan_groups(selected)
+    result = RunResult(outcomes=list(scan_errors))
+    need = device_need(groups, opts.device_need)
+    label = opts.target or ",".join(files)
+    with open(os.path.join(opts.artifacts_dir, "summary.txt"), "w", encoding="utf-8") as summary:
+        def emit(lines: Sequence[str]) -> None:
+            reporter.emit(lines, stream, summary)
+
+        try:
+            emit([f"meshtest: {len(selected)} case(s) selected from {len(files)} file(s) in {len(groups)} launch group(s)"])
+            emit(scan_notes)
+            emit([reporter.format_outcome(o) for o in scan_errors])
+            if groups:
+                pool = SlotPool(opts.slot_dir or default_slot_dir(), opts.slots)
+                t0 = time.monotonic()
+                with pool.acquire(need, label) as lease:
+                    result.notes.append(f"device slots {lease.slots} of {opts.slots} held "
+                                        f"(waited {time.monotonic() - t0:.1f}s; pool {pool.directory})")
+                    board = ProgressBoard(os.path.join(pool.directory, "progress"), label, len(selected), stream)
+                    try:
+                        _run_groups(groups, opts, lease, result, emit, board)
+                    finally:
+                        board.finish(len(result.outcomes) - len(scan_errors))
+        except BaseException as e:  # SIGTERM (SystemExit), Ctrl-C: keep what was recorded so far
+            salvaged = _salvage_in_flight(result)
+            result.outcomes.extend(salvaged)
+            emit([reporter.format_outcome(o) for o in salvaged])
+            result.notes.append(f"run interrupted ({type(e).__name__}); results so far are kept")
+            raise
+        finally:
+            ids = {c.name: c.spec_id for c in cases if c.spec_id}
+            result.outcomes = [replace(o, spec_id=ids.get(o.case, o.spec_id)) for o in result.outcomes]
+            emit(reporter.summary_lines(result.outcomes, result.notes))
+            write_evidence(opts.artifacts_dir, result.outcomes)
+            write_html_report(os.path.join(opts.artifacts_dir, "report.html"), result.outcomes, result.notes)
+    return result
+
+
+def _salvage_in_flight(result: RunResult) -> List[CaseOutcome]:
+    """Outcomes of the cases every rank recorded in the interrupted group's first launch."""
+    if result.in_flight is None:
+        return []
+    group, group_dir = result.in_flight
+    records = salvage(group, group_dir)
+    return [outcomes.aggregate(c.name, c.file, group.group_id, group.world_size, records[c.name],
+                               launch_dir=os.path.basename(group_dir))
+            for c in group.cases if len(records.get(c.name, {})) == group.world_size]
+
+
+def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, result: RunResult, emit,
+                board: Optional[ProgressBoard] = None) -> None:
+    """Run the groups in order into ``result``; a fail-fast run stops after a failing group."""
+    scan_errors = len(result.outcomes)  # a broken file fails by itself; it does not stop the others
+    for gi, group in enumerate(groups):
+        failed = [o for o in result.outcomes[scan_errors:] if o.status.failing]
+        if opts.fail_fast and failed:
+            reason = f"not run: fail-fast gate stopped after {failed[0].case} ({failed[0].file}) failed"
+            skipped = [o for g in groups[gi:] for o in outcomes.not_run(g.cases, g, reason)]
+            result.outcomes.extend(skipped)
+            result.notes.append(f"fail-fast: {len(skipped)} case(s) in {len(groups) - gi} later launch group(s) not run")
+            emit([reporter.format_outcome(o) for o in skipped])
+            return
+        emit([f"-- launch {group.group_id}: mesh {group.mesh_shape} {group.mesh_dim_names}, "
+              f"{len(group.cases)} case(s), slots {lease.slots[:group.world_size]}"])
+        group_dir = os.path.join(opts.artifacts_dir, "ranks", group.group_id)
+        result.in_flight = (group, group_dir)
+        before = len(result.outcomes) - scan_errors
+        progress = None if board is None else (
+            lambda done, current, g=group.group_id, b=before: board.update(b + done, g, current))
+        group_outcomes, notes, launches = run_group(group, opts, group_dir, lease, progress)
+        result.in_flight = None
+        result.launches += launches
+        result.outcomes.extend(group_outcomes)
+        result.notes.extend(notes)
+        emit([reporter.format_outcome(o) for o in group_outcomes])
+
+
+def write_evidence(artifacts_dir: str, outcomes: Sequence[CaseOutcome]) -> None:
+    """``results.jsonl`` and ``junit.xml`` for the whole run, and again per case file under
+    ``targets/<file path with / as .>/`` (one run may serve several build targets)."""
+    write_results(os.path.join(artifacts_dir, "results.jsonl"), outcomes)
+    write_junit(os.path.join(artifacts_dir, "junit.xml"), outcomes)
+    files = sorted({o.file for o in outcomes})
+    for file in files:
+        d = os.path.join(artifacts_dir, "targets", file.replace(os.sep, "."))
+        os.makedirs(d, exist_ok=True)
+        mine = [o for o in outcomes if o.file == file]
+        write_results(os.path.join(d, "results.jsonl"), mine)
+        write_junit(os.path.join(d, "junit.xml"), mine)

@@ -1,0 +1,9 @@
+"""The rank side: what each rank process of a launch runs (seed 000 §3.3, §8.7).
+
+- :mod:`.entry` — the process harness (``python -m meshtest.rank.entry --plan P``): streams,
+  faulthandler, the end-of-case fence, fail-fast, exit codes
+- :mod:`.pipeline` — the per-case pipeline ``build → derive → reference → distribute → run →
+  gather → compare → backward`` and the scenario runner, each returning a ``StepResult``
+- :mod:`.scenario` — ``ScenarioContext``, what a scenario function receives
+- :mod:`.compare` — the comparison rules shared by every platform
+"""

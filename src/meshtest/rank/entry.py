@@ -1,0 +1,205 @@
+"""Rank entry: the process harness every rank of a launch runs
+(``python -m meshtest.rank.entry --plan P``).
+
+It reads the :class:`meshtest.contract.LaunchPlan`, sends its own stdout/stderr (native output
+too) to ``rank<k>.log``, imports the plan's case files and checks them against their static
+scan, initialises the platform and the mesh, then runs each case through
+:mod:`meshtest.rank.pipeline` under the case's deadline, writing the contract's rank events to
+``rank<k>.jsonl``. After every case every rank passes the end-of-case fence; a failed fence
+ends the launch with :data:`meshtest.contract.GAVE_UP_EXIT` and the runner relaunches the
+rest. At the deadline each rank dumps its Python stacks into its log (faulthandler).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import faulthandler
+import logging
+import math
+import os
+import signal
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..contract import (FENCE_MARGIN_S, GAVE_UP_EXIT, HEALTH_PROBE_FRACTION, CaseStarted, FenceEntered, LaunchPlan,
+                        RankDone, RankEvent, RankRecord, StepEntered, Stopped, event_to_json)
+from ..errors import CaseFileError, MeshtestError
+from ..model.registry import Registry, check_against_scan, load_case_file
+from ..model.scan import ScannedCase, scan_case_file
+from ..platforms.backend import ShardBackend, load_backend
+from ..proctree import die_with_parent
+from ..status import Status, with_known_failure
+from . import pipeline
+
+log = logging.getLogger("meshtest.rank")
+
+
+class RankStream:
+    """This rank's ``rank<k>.jsonl``: the contract's rank events, one JSON line each, flushed
+    at once (the runner's watcher reads them while the launch runs)."""
+
+    def __init__(self, path: str) -> None:
+        self.f = open(path, "a", encoding="utf-8")
+
+    def emit(self, event: RankEvent) -> None:
+        self.f.write(json.dumps(event_to_json(event)) + "\n")
+        self.f.flush()
+        if isinstance(event, RankRecord):
+            log.info("case %s: %s at step %s (%.3fs)%s", event.case, event.status, event.step, event.duration_s,
+                     f"\n{event.error}" if event.error else "")
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def load_cases(plan_cases: Tuple[ScannedCase, ...]) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """Import each file of the plan once and check it against a fresh static scan.
+
+    :returns: (cases by name, load error by file).
+    """
+    registry = Registry()
+    cases: Dict[str, Any] = {}
+    errors: Dict[str, str] = {}
+    for file in dict.fromkeys(c.file for c in plan_cases):
+        try:
+            scan = scan_case_file(file)
+            if scan.error:
+                raise CaseFileError(file, "static-scan", scan.error)
+            loaded = load_case_file(file, registry)
+            check_against_scan(scan, loaded)
+            cases.update((c.name, c) for c in loaded)
+        except MeshtestError as e:
+            errors[file] = str(e)
+    return cases, errors
+
+
+def deadline_s(case: Any, plan: LaunchPlan) -> float:
+    """A case's deadline in seconds: its ``timeout_s``, else the run's ``--case-timeout``
+    (also for a case whose file could not be loaded: ``case`` is ``None``)."""
+    return float(getattr(case, "timeout_s", None) or plan.case_timeout_s)
+
+
+def fails_suite(backend: ShardBackend, case: Any, status: Status) -> bool:
+    """Collective: whether the case's outcome over all ranks fails the suite (every rank gets
+    the same answer). A plain case fails when any rank did not pass (``unsupported`` is not a
+    failure); a ``known_failure`` case only when every rank passed (``xpass``), as the
+    aggregation rule says (:func:`meshtest.parent.outcomes.aggregate`)."""
+    if case is not None and case.known_failure is not None:
+        return not backend.any_rank(status is not Status.PASS)
+    return backend.any_rank(status not in (Status.PASS, Status.UNSUPPORTED))
+
+
+def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: ShardBackend, mesh: Any,
+            out: RankStream) -> Status:
+    """Run one case under its deadline and record it; returns the raw status."""
+    timeout_s = deadline_s(case, plan)
+    out.emit(CaseStarted(case.name, time.time(), timeout_s))
+    log.info("case %s: start (deadline %.0fs)", case.name, timeout_s)
+    # At the deadline every thread's stack goes to this rank's log, before the runner kills the launch.
+    faulthandler.dump_traceback_later(timeout_s, exit=False, file=sys.stderr)
+    t0 = time.perf_counter()
+    result = pipeline.run(case, backend, mesh, lambda step: out.emit(StepEntered(case.name, step)))
+    faulthandler.cancel_dump_traceback_later()
+    out.emit(RankRecord(case.name, sc.file, plan.group_id, rank,
+                        with_known_failure(result.status, case.known_failure is not None), result.step,
+                        time.perf_counter() - t0, result.error, case.known_failure or "", result.detail,
+                        getattr(case, "divergence", None) or ""))
+    return result.status
+
+
+def fence_timeout_s(case: Any, status: Status, plan: LaunchPlan) -> float:
+    """How long rank 0 waits at a case's end-of-case fence: after an error that is not an
+    assertion failure, the health probe's short wait (:data:`HEALTH_PROBE_FRACTION` of the run's
+    case timeout); otherwise the case deadline plus :data:`FENCE_MARGIN_S`, so that a peer still
+    inside the case is killed at its deadline (with stacks) before this rank gives up."""
+    if status is Status.ERROR:
+        return plan.case_timeout_s * HEALTH_PROBE_FRACTION
+    return deadline_s(case, plan) + FENCE_MARGIN_S
+
+
+def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend, bool]:
+    """Run every case of the plan in order on this rank.
+
+    :returns: (backend, broken) — ``broken`` when the fence failed (a peer did not reach the end
+        of the case, or the process group is broken) and the remaining cases were left for a
+        fresh launch.
+    """
+    cases, load_errors = load_cases(plan.cases)
+    backend = load_backend(plan.platform)
+    # The process-group timeout (one per launch) is half the longest deadline among the plan's
+    # cases: shorter than that case's deadline, and long enough for a peer that is legitimately
+    # slow inside a long case (a rank waiting for it at the fence waits this long at most).
+    pg_timeout_s = max(deadline_s(cases.get(sc.name), plan) for sc in plan.cases) / 2
+    backend.init(plan.device_kind, timeout_s=pg_timeout_s)
+    if backend.world_size() != math.prod(plan.mesh_shape):  # nproc == prod(mesh_shape) (seed 000 §3.4)
+        raise RuntimeError(f"launch {plan.group_id} has {backend.world_size()} ranks but its mesh "
+                           f"{plan.mesh_shape} needs {math.prod(plan.mesh_shape)}")
+    mesh = backend.make_mesh(plan.mesh_shape, plan.mesh_dim_names)
+    for sc in plan.cases:
+        case = cases.get(sc.name)
+        if sc.file in load_errors:
+            out.emit(RankRecord(sc.name, sc.file, plan.group_id, rank, Status.ERROR, "load", 0.0, load_errors[sc.file]))
+            status = Status.ERROR
+        else:
+            status = run_one(case, sc, plan, rank, backend, mesh, out)
+        # Every rank, after every case: a bounded barrier. A rank that skipped a collective waits
+        # here instead of pairing with its peers' next case. Only rank 0 applies the fence timeout
+        # (gloo's monitored_barrier); the others wait at most the process-group timeout, which the
+        # watcher is told too.
+        fence_s = fence_timeout_s(case, status, plan)
+        out.emit(FenceEntered(sc.name, max(fence_s, pg_timeout_s)))
+        if not backend.case_fence(timeout_s=fence_s):
+            log.info("case %s: not every rank reached its end within %.0fs (after %s here); giving up this launch",
+                     sc.name, fence_s, status)
+            return backend, True
+        if plan.fail_fast and fails_suite(backend, case, status):
+            log.info("fail-fast gate: stopping after %s failed", sc.name)
+            out.emit(Stopped(sc.name))
+            break
+    out.emit(RankDone(rank))
+    return backend, False
+
+
+def _redirect_output(out_dir: str, rank: int) -> None:
+    """Send this process's fd 1 and 2 (Python and native output) to ``rank<k>.log``."""
+    fd = os.open(os.path.join(out_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s rank{rank} %(message)s", force=True)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run one launch's plan on this rank; exit 0 once every result is recorded
+    (:data:`GAVE_UP_EXIT`: the fence failed and the runner relaunches the rest)."""
+    ap = argparse.ArgumentParser(prog="meshtest.rank.entry")
+    ap.add_argument("--plan", required=True, help="launch plan JSON written by the runner")
+    args = ap.parse_args(argv)
+    die_with_parent()  # a rank never outlives its launcher
+    plan = LaunchPlan.read(args.plan)
+    rank = int(os.environ.get("RANK", "0"))
+    _redirect_output(plan.out_dir, rank)
+    # torchrun stops the other ranks with SIGTERM when one fails: leave their stacks in their logs.
+    faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
+    log.info("group %s: %d case(s), mesh %s %s, device slots %s", plan.group_id, len(plan.cases),
+             list(plan.mesh_shape), list(plan.mesh_dim_names), list(plan.slots))
+    out = RankStream(os.path.join(plan.out_dir, f"rank{rank}.jsonl"))
+    backend, broken = run_plan(plan, rank, out)
+    out.close()
+    if not broken:
+        backend.recover_after_failure(timeout_s=plan.case_timeout_s)  # closing barrier
+        backend.shutdown()
+    log.info("rank %s", "gave up: the runner relaunches the remaining cases" if broken else "done")
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: gloo's threads can abort the process during static
+    # destruction after all work is done (see WORKSPACE-notes.md, "teardown aborts").
+    os._exit(GAVE_UP_EXIT if broken else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The report a person reads: one line per case, failures per group of ranks, the closing
+summary, and the spec-ID table (seed 000 §3.1 "Reporter").
+
+Statuses are :class:`meshtest.status.Status`; what fails a run is its predicates. Aggregation
+over ranks is the parent's (:func:`meshtest.parent.outcomes.aggregate`).
+
+When cases carry a test-plan ID (``ScenarioCase.spec_id``), the closing lines include a
+table ID → outcomes (pass / divergence from spec / unsupported on platform / expected
+failure / failing), see :func:`spec_table`.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Sequence, TextIO
+
+from ..contract import CaseOutcome
+from ..status import FAILING, Status
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def format_outcome(o: CaseOutcome) -> str:
+    """One report line; for failures, further indented lines per distinct (step, error)."""
+    head = f"{o.status.value.upper():<7} {o.case}  [w{o.world_size} {o.group}]  {o.slowest_s:.3f}s"
+    if o.slowest_rank is not None:
+        head += f" (slowest rank {o.slowest_rank})"
+    if o.status is Status.UNSUPPORTED:
+        return head + "  " + _first_line(o.failures[0].error if o.failures else Status.UNSUPPORTED.value)
+    if not o.failures or o.status is Status.XFAIL:
+        xfail_ranks = [f.rank_label for f in o.failures if f.status is Status.XFAIL]
+        head += f"  known failure on rank(s) {','.join(xfail_ranks)}" if o.status is Status.XFAIL else ""
+        if o.divergence and o.status is Status.PASS:
+            head += "  (divergence from spec)"
+        return head + "".join(f"\n          note: {ln}" for ln in o.detail.splitlines())
+    lines = [head + f"  {o.file}"]
+    seen: Dict[tuple, List[str]] = {}
+    for f in o.failures:
+        seen.setdefault((f.status, f.step, _first_line(f.error)), []).append(f.rank_label)
+    for (status, step, err), ranks in seen.items():
+        lines.append(f"        rank(s) {','.join(ranks)}: {status} at step {step}: {err}")
+    detail = next((f.error for f in o.failures if "\n" in f.error.strip()), "")
+    if detail:
+        lines.extend("          | " + ln for ln in detail.strip().splitlines()[-8:])
+    return "\n".join(lines)
+
+
+def counts(outcomes: Sequence[CaseOutcome]) -> Dict[Status, int]:
+    """Number of outcomes per status."""
+    c: Dict[Status, int] = {}
+    for o in outcomes:
+        c[o.status] = c.get(o.status, 0) + 1
+    return c
+
+
+def summary_lines(outcomes: Sequence[CaseOutcome], notes: Iterable[str] = ()) -> List[str]:
+    """Closing lines: notes (launches, teardown warnings), counts by status, and the plain
+    ``meshtest: N passed, M failed`` line (xfail counts as passed; every failing outcome as failed)."""
+    c = counts(outcomes)
+    lines = list(notes)
+    expected = [o for o in outcomes if o.status in (Status.XFAIL, Status.XPASS)]
+    if expected:
+        lines.append("known failures (the platform is wrong; reported, never hidden):")
+        lines.extend(f"  {o.status.value.upper():6} {o.case}: {o.known_failure}"
+                     + ("  <- passes now: remove known_failure" if o.status is Status.XPASS else "") for o in expected)
+    unsupported = [o for o in outcomes if o.status is Status.UNSUPPORTED]
+    if unsupported:
+        lines.append(f"unsupported on platform ({len(unsupported)}; not run, never counted as passed):")
+        lines.extend(f"  {o.case}: {_first_line(o.failures[0].error) if o.failures else ''}" for o in unsupported)
+    divergent = [o for o in outcomes if o.divergence and o.status is Status.PASS]
+    if divergent:
+        lines.append(f"divergences from spec ({len(divergent)}; each case asserts the platform's actual behaviour):")
+        lines.extend(f"  {o.case}: {o.divergence}" for o in divergent)
+    lines.extend(spec_table(outcomes))
+    lines.append("meshtest outcomes: " + (", ".join(f"{k.value}={v}" for k, v in sorted(c.items())) or "no cases"))
+    passed = sum(n for s, n in c.items() if s.passing)
+    failed = sum(c.get(s, 0) for s in FAILING)
+    if c.get(Status.NOT_RUN):
+        lines.append(f"meshtest: {c[Status.NOT_RUN]} case(s) not run: the fail-fast (level0) gate stopped at the first "
+                     "failure")
+    if c.get(Status.UNSUPPORTED):
+        lines.append(f"meshtest: {c[Status.UNSUPPORTED]} case(s) unsupported on platform (listed above)")
+    lines.append(f"meshtest: {passed} passed, {failed} failed")
+    return lines
+
+
+def spec_label(o: CaseOutcome) -> str:
+    """An outcome as the spec table names it: ``pass``, ``divergence``, ``unsupported-on-platform``,
+    ``expected-failure``, or the failing status in capitals."""
+    if o.status is Status.PASS:
+        return "divergence" if o.divergence else Status.PASS.value
+    if o.status is Status.UNSUPPORTED:
+        return "unsupported-on-platform"
+    if o.status is Status.XFAIL:
+        return "expected-failure"
+    return o.status.value.upper()
+
+
+def _id_key(spec_id: str) -> tuple:
+    head = spec_id.rstrip("0123456789")
+    tail = spec_id[len(head):]
+    return (head, int(tail) if tail else -1, spec_id)
+
+
+def spec_table(outcomes: Sequence[CaseOutcome]) -> List[str]:
+    """Lines of the table test-plan ID → outcomes of its cases (empty when no case has an ID).
+
+    One line per ID, in ID order (``A2`` before ``A10``): each distinct label of
+    :func:`spec_label` with its count, then the reason for labels that have one (missing
+    feature, divergence, known failure). Closed by a count per label over IDs, where an ID
+    counts under its worst label (failing > unsupported > expected failure > divergence > pass).
+    """
+    by_id: Dict[str, List[CaseOutcome]] = {}
+    for o in outcomes:
+        if o.spec_id:
+            by_id.setdefault(o.spec_id, []).append(o)
+    if not by_id:
+        return []
+    lines = [f"spec ID table ({len(by_id)} IDs):"]
+    order = (Status.PASS.value, "divergence", "expected-failure", "unsupported-on-platform")
+    worst: Dict[str, int] = {}
+    for spec_id in sorted(by_id, key=_id_key):
+        items = by_id[spec_id]
+        labels: Dict[str, int] = {}
+        reasons: List[str] = []
+        for o in items:
+            label = spec_label(o)
+            labels[label] = labels.get(label, 0) + 1
+            if label == "divergence":
+                reasons.append(f"{o.case}: {o.divergence}")
+            elif label == "expected-failure":
+                reasons.append(f"{o.case}: {o.known_failure}")
+            elif label != Status.PASS.value:
+                reasons.append(f"{o.case}: {_first_line(o.failures[0].error) if o.failures else label}")
+        text = ", ".join(f"{k} x{v}" for k, v in sorted(labels.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else -1))
+        lines.append(f"  {spec_id:<5} {text}")
+        lines.extend(f"        {r}" for r in dict.fromkeys(reasons))
+        bad = sorted(labels, key=lambda k: order.index(k) if k in order else 99)[-1]
+        worst[bad] = worst.get(bad, 0) + 1
+    lines.append("spec IDs by outcome: " + ", ".join(f"{k}={v}" for k, v in sorted(worst.items())))
+    return lines
+
+
+def emit(lines: Iterable[str], *streams: TextIO) -> None:
+    """Write each line to every stream, flushing (the report goes to stdout and summary.txt)."""
+    for line in lines:
+        for s in streams:
+            s.write(line + "\n")
+            s.flush()

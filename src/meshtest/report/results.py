@@ -1,0 +1,43 @@
+"""``results.jsonl``: one :class:`meshtest.contract.CaseOutcome` per line.
+
+Written by the runner for each run (and per case file under ``targets/``); read back by
+``tools/results_summary.py`` and ``tools/report_index.py`` over every test run that
+``./pants test`` left under ``dist/test/``. Stdlib only (the tools run with the system
+``python3``).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, List, Sequence
+
+from ..contract import CaseOutcome
+
+
+def write_results(path: str, outcomes: Sequence[CaseOutcome]) -> None:
+    """Write ``outcomes`` as JSONL, one line per case."""
+    with open(path, "w", encoding="utf-8") as f:
+        for o in outcomes:
+            f.write(json.dumps(o.to_json()) + "\n")
+
+
+def read_results(path: str) -> List[CaseOutcome]:
+    """Read a ``results.jsonl``.
+
+    :raises meshtest.contract.ContractError: a line is not a case outcome (the message names
+        ``path`` and the line number).
+    """
+    with open(path, encoding="utf-8") as f:
+        return [CaseOutcome.from_json(json.loads(line), f"{path}:{n}") for n, line in enumerate(f, 1) if line.strip()]
+
+
+def collect(root: str) -> Dict[str, List[CaseOutcome]]:
+    """``{test run dir: [outcome, ...]}`` from ``<root>/<dir>/results.jsonl``, one level deep
+    (the per-file copies under ``<dir>/targets/`` are not read twice); ``{}`` when ``root`` is
+    not a directory."""
+    found: Dict[str, List[CaseOutcome]] = {}
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        path = os.path.join(root, name, "results.jsonl")
+        if os.path.isfile(path):
+            found[name] = read_results(path)
+    return found

@@ -1,0 +1,59 @@
+"""The relaunch policy on its own: given how a launch ended, what is reported and what runs next."""
+from __future__ import annotations
+
+from meshtest.parent.relaunch import RENDEZVOUS_RETRIES, LaunchFacts, decide
+
+CASES = ("a", "b", "c", "d")
+
+
+def facts(recorded=(), started=(), stopped_after=None, clash=False, timed_out=False, rc=0):
+    return LaunchFacts(recorded=frozenset(recorded), started=frozenset(started) | frozenset(recorded),
+                       stopped_after=stopped_after, rendezvous_clash=clash, timed_out=timed_out, clean=rc == 0,
+                       exit_text=f"exit {rc}", launch_name="w2-2", group_id="w2-2")
+
+
+def test_every_case_recorded_ends_the_group():
+    d = decide(CASES, facts(recorded=CASES))
+    assert (d.complete, d.interrupted, d.next_cases, d.notes) == (CASES, (), (), ())
+
+
+def test_teardown_abort_after_every_record_is_a_warning_not_a_failure():
+    d = decide(CASES, facts(recorded=CASES, rc=-6))
+    assert d.complete == CASES and d.next_cases == ()
+    assert d.notes[0].startswith("teardown warning: launch w2-2 ended with exit -6")
+
+
+def test_a_hang_reports_the_case_it_hung_in_and_relaunches_the_rest():
+    d = decide(CASES, facts(recorded=("a",), started=("b",), timed_out=True, rc=-9))
+    assert (d.complete, d.interrupted, d.interrupted_status, d.next_cases) == (("a",), ("b",), "timeout", ("c", "d"))
+    assert d.notes == ("relaunching 2 case(s) of w2-2: b ended its launch (timeout)",)
+
+
+def test_a_crash_in_the_last_case_relaunches_nothing():
+    d = decide(CASES, facts(recorded=("a", "b", "c"), started=("d",), rc=1))
+    assert (d.interrupted, d.interrupted_status, d.next_cases, d.notes) == (("d",), "crash", (), ())
+
+
+def test_a_failed_fence_between_cases_relaunches_the_rest_without_blaming_one():
+    d = decide(CASES, facts(recorded=("a", "b"), rc=1))
+    assert (d.complete, d.interrupted, d.next_cases) == (("a", "b"), (), ("c", "d"))
+    assert "end-of-case fence failed" in d.notes[0]
+
+
+def test_a_launch_that_started_nothing_ends_the_group_with_every_case_interrupted():
+    d = decide(CASES, facts(rc=1))
+    assert (d.complete, d.interrupted, d.interrupted_status, d.next_cases) == ((), CASES, "crash", ())
+
+
+def test_fail_fast_stop_reports_the_rest_not_run():
+    d = decide(CASES, facts(recorded=("a", "b"), stopped_after="b"))
+    assert (d.complete, d.not_run, d.next_cases) == (("a", "b"), ("c", "d"), ())
+    assert d.notes == ("fail-fast: stopped after b failed; 2 case(s) of w2-2 not run",)
+
+
+def test_rendezvous_clash_is_retried_a_bounded_number_of_times():
+    for done in range(RENDEZVOUS_RETRIES):
+        d = decide(CASES, facts(clash=True, rc=1), clashes_so_far=done)
+        assert d.retry_rendezvous and d.next_cases == CASES and not d.complete
+    d = decide(CASES, facts(clash=True, rc=1), clashes_so_far=RENDEZVOUS_RETRIES)
+    assert not d.retry_rendezvous and d.interrupted == CASES and d.next_cases == ()
