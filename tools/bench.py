@@ -127,7 +127,8 @@ def bench_packing(scale: float) -> None:
     ff_make, ff_util, ff_batches = serial_first_fit(jobs)
     sim_make, sim_util, peak = simulated_pool(jobs, scale)
     print(f"\npacking on an 8-slot pool: {len(jobs)} targets "
-          f"({sum(k == 2 for k, _ in jobs)}x2, {sum(k == 4 for k, _ in jobs)}x4, {sum(k == 8 for k, _ in jobs)}x8 ranks), "
+          f"({sum(k == 2 for k, _ in jobs)}x2, {sum(k == 4 for k, _ in jobs)}x4, "
+          f"{sum(k == 8 for k, _ in jobs)}x8 ranks), "
           f"{work:.0f} slot-seconds of work")
     print(f"{'schedule':46} {'makespan s':>10} {'slot-time used':>15}")
     print(f"{'seed: serial first-fit 8-card batches (' + str(ff_batches) + ')':46} {ff_make:10.1f} {ff_util:15.1%}")

@@ -41,7 +41,8 @@ tr.failing{background:#f8d0d0} tr.passing{background:#d9f2d9} td.zero{color:#aaa
 </style></head><body>
 <h1>meshtest results</h1>
 <p id="overall">$overall</p>
-<table id="targets"><tr><th>target</th><th>verdict</th>$status_headers<th>cases</th><th>slowest case</th><th>failing cases</th><th>files</th></tr>
+<table id="targets"><tr><th>target</th><th>verdict</th>$status_headers<th>cases</th><th>slowest case</th>\
+<th>failing cases</th><th>files</th></tr>
 $rows
 </table>
 </body></html>
@@ -50,7 +51,8 @@ _STATUS_HEADER = Template("<th>$status</th>")
 _ROW = Template("""<tr class="target $verdict" id="$target_id"><td class="name"><a href="$report_href">$target</a></td>\
 <td class="verdict">$verdict</td>$counts<td class="num total">$total</td><td class="slowest">$slowest</td>\
 <td class="failing-cases">$failing_cases</td><td class="files">$files</td></tr>""")
-_ROW_NO_REPORT = Template("""<tr class="target $verdict" id="$target_id"><td class="name">$target <small>(no report.html)</small></td>\
+_ROW_NO_REPORT = Template("""<tr class="target $verdict" id="$target_id">\
+<td class="name">$target <small>(no report.html)</small></td>\
 <td class="verdict">$verdict</td>$counts<td class="num total">$total</td><td class="slowest">$slowest</td>\
 <td class="failing-cases">$failing_cases</td><td class="files">$files</td></tr>""")
 _COUNT = Template('<td class="num count $status$zero">$n</td>')
@@ -109,9 +111,11 @@ def _row(root: str, target: str, outcomes: Sequence[CaseOutcome], statuses: Sequ
              for name in OTHER_FILES if os.path.isfile(os.path.join(root, target, name))]
     return _fill(
         _ROW if has_report else _ROW_NO_REPORT, raw=("counts", "slowest", "failing_cases", "files"),
-        verdict="failing" if failing else "passing" if outcomes else "no-cases", target=target, target_id=f"target-{target}",
+        verdict="failing" if failing else "passing" if outcomes else "no-cases", target=target,
+        target_id=f"target-{target}",
         report_href=f"{_q(target)}/report.html", total=len(outcomes), slowest=slowest,
-        counts="".join(_fill(_COUNT, status=s, n=counts.get(s, 0), zero="" if counts.get(s) else " zero") for s in statuses),
+        counts="".join(_fill(_COUNT, status=s, n=counts.get(s, 0),
+        zero="" if counts.get(s) else " zero") for s in statuses),
         failing_cases="<br>".join(_case_html(target, o.case, o.status, has_report) for o in failing),
         files=" ".join(files))
 

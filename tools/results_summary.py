@@ -43,8 +43,10 @@ def _line(target: str, outcomes: List[CaseOutcome]) -> str:
     unsupported = sum(o.status is Status.UNSUPPORTED for o in outcomes)
     not_run = sum(o.status is Status.NOT_RUN for o in outcomes)
     bad = [f"{o.case}={o.status}" for o in outcomes if o.status.failing]
-    return (f"{target}: {ok}/{len(outcomes)} passed" + (f", {unsupported} unsupported on platform" if unsupported else "")
-            + (f", {not_run} not run (fail-fast)" if not_run else "") + (f"; failing: {', '.join(bad)}" if bad else ""))
+    return (f"{target}: {ok}/{len(outcomes)} passed"
+            + (f", {unsupported} unsupported on platform" if unsupported else "")
+            + (f", {not_run} not run (fail-fast)" if not_run else "")
+            + (f"; failing: {', '.join(bad)}" if bad else ""))
 
 
 def main(argv: List[str]) -> int:

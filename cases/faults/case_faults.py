@@ -111,7 +111,8 @@ register(OpShardCase(name="fault_hang_loop", fn=loop_on_rank1, inputs=[InputSpec
                      mesh_shape=MESH, tags=FAULTS, timeout_s=6))
 register(OpShardCase(name="fault_after_hang", fn=doubled, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)],
                      mesh_shape=MESH, tags=FAULTS))
-register(ScenarioCase(name="fault_skip_collective", fn=skip_collective_on_rank1, mesh_shape=MESH, tags=FAULTS, timeout_s=6))
+register(ScenarioCase(name="fault_skip_collective", fn=skip_collective_on_rank1, mesh_shape=MESH, tags=FAULTS,
+                      timeout_s=6))
 register(ScenarioCase(name="fault_after_skip", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
 register(ScenarioCase(name="fault_skip_collective_rank0", fn=skip_collective_on_rank0, mesh_shape=MESH, tags=FAULTS,
                       timeout_s=6))

@@ -1,8 +1,8 @@
 """Fault: a case file that raises while being imported (a missing module). Its cases are
 reported ``error`` at step ``load`` with the traceback; other files of the same run still run."""
-from meshtest import ScenarioCase, register
-
 import meshtest_no_such_module  # noqa: F401  (the fault)
+
+from meshtest import ScenarioCase, register
 
 
 def never(ctx):

@@ -175,7 +175,8 @@ register(OpShardCase(name="bin_pow_int_exponent_partial_sum_mesh2", fn=pow_int_e
                      placements=[(Partial("sum"),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
 register(OpShardCase(name="bin_pow_int_exponent_s0s1_grad_dp_tp", fn=pow_int_exponent,
                      inputs=[InputSpec((4, 6), requires_grad=True)],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=REASSOC,
+                     tags=L0))
 register(OpShardCase(name="bin_where_s0s1_grad_dp_tp", fn=where,
                      inputs=[InputSpec((4, 6), init="uniform", dtype="bool"), InputSpec((4, 6), requires_grad=True),
                              InputSpec((4, 6), requires_grad=True)],
@@ -218,7 +219,8 @@ register(OpShardCase(name="bin_eq_int64_s0s1_dp_tp", fn=eq_int,
 register(OpShardCase(name="bin_gt_float_to_bool_s0_mesh2", fn=gt, inputs=[InputSpec((8, 6)), InputSpec((8, 6))],
                      placements=[(Shard(0),), (Shard(1),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
 register(OpShardCase(name="bin_logical_and_bool_s1_mesh2", fn=logical_and,
-                     inputs=[InputSpec((6, 8), init="uniform", dtype="bool"), InputSpec((6, 8), init="uniform", dtype="bool")],
+                     inputs=[InputSpec((6, 8), init="uniform", dtype="bool"),
+                     InputSpec((6, 8), init="uniform", dtype="bool")],
                      placements=[(Shard(1),), (Shard(1),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
 register(OpShardCase(name="bin_xor_uint8_uneven_dp_tp", fn=bitwise_xor,
                      inputs=[InputSpec((5, 6), init="uniform", dtype="uint8", low=0, high=255),

@@ -26,7 +26,6 @@ wrapping defines no cross-rank gradient semantics worth testing here.
 import torch
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.tensor import DTensor
-from torch.distributed.tensor import Partial as TPartial
 from torch.distributed.tensor import Replicate as TReplicate
 from torch.distributed.tensor import Shard as TShard
 

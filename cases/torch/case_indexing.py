@@ -152,10 +152,12 @@ def embedding_padding_idx(ids, w):
 # ---------------------------------------------------------------- index_select
 register(OpShardCase(name="idx_index_select_unsharded_dim0_x_s1_grad_mesh2", fn=index_select0,
                      inputs=[InputSpec((8, 6), requires_grad=True), IDX(5, 8)],
-                     placements=[(Shard(1),), (Replicate(),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD, tags=L0))
+                     placements=[(Shard(1),), (Replicate(),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD,
+                     tags=L0))
 register(OpShardCase(name="idx_index_select_sharded_dim0_x_s0_grad_mesh4", fn=index_select0,
                      inputs=[InputSpec((8, 6), requires_grad=True), IDX(6, 8)],
-                     placements=[(Shard(0),), (Replicate(),)], mesh_shape=MESH4, compare=EXACT, grad_compare=GRAD, tags=L0))
+                     placements=[(Shard(0),), (Replicate(),)], mesh_shape=MESH4, compare=EXACT, grad_compare=GRAD,
+                     tags=L0))
 register(OpShardCase(name="idx_index_select_index_sharded_uneven_mesh4", fn=index_select0,
                      inputs=[InputSpec((8, 6)), IDX(7, 8)],
                      placements=[(Replicate(),), (Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
@@ -168,14 +170,16 @@ register(OpShardCase(name="idx_index_select_dim1_x_s0s1_dp_tp", fn=index_select1
 register(OpShardCase(name="idx_gather_dim1_s0_s0_grad_mesh2", fn=gather1,
                      inputs=[InputSpec((8, 6), requires_grad=True),
                              InputSpec((8, 4), init="uniform", dtype="int64", low=0, high=6)],
-                     placements=[(Shard(0),), (Shard(0),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD, tags=L0))
+                     placements=[(Shard(0),), (Shard(0),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD,
+                     tags=L0))
 register(OpShardCase(name="idx_gather_dim1_sharded_s1_s1_mesh2", fn=gather1,
                      inputs=[InputSpec((4, 8)), InputSpec((4, 6), init="uniform", dtype="int64", low=0, high=8)],
                      placements=[(Shard(1),), (Shard(1),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
 register(OpShardCase(name="idx_gather_dim0_uneven_x_s1_grad_mesh4", fn=gather0,
                      inputs=[InputSpec((6, 5), requires_grad=True),
                              InputSpec((3, 5), init="uniform", dtype="int64", low=0, high=6)],
-                     placements=[(Shard(1),), (Shard(1),)], mesh_shape=MESH4, compare=EXACT, grad_compare=GRAD, tags=L0))
+                     placements=[(Shard(1),), (Shard(1),)], mesh_shape=MESH4, compare=EXACT, grad_compare=GRAD,
+                     tags=L0))
 register(OpShardCase(name="idx_gather_dim1_s0r_dp_tp", fn=gather1,
                      inputs=[InputSpec((4, 6)), InputSpec((4, 3), init="uniform", dtype="int64", low=0, high=6)],
                      placements=[(Shard(0), Replicate()), (Shard(0), Replicate())], mesh_shape=MESH_2D,
@@ -183,13 +187,16 @@ register(OpShardCase(name="idx_gather_dim1_s0r_dp_tp", fn=gather1,
 
 # ---------------------------------------------------------------- scatter / scatter_add
 register(OpShardCase(name="idx_scatter_dim1_s0_grad_mesh2", fn=scatter1,
-                     inputs=[InputSpec((8, 6), requires_grad=True), InputSpec((8, 6), dtype="int64", data=PERM_ROWS_8x6),
+                     inputs=[InputSpec((8, 6), requires_grad=True),
+                     InputSpec((8, 6), dtype="int64", data=PERM_ROWS_8x6),
                              InputSpec((8, 6), requires_grad=True)],
                      placements=[(Shard(0),), (Shard(0),), (Shard(0),)], mesh_shape=MESH2, compare=EXACT,
                      grad_compare=GRAD, tags=L0))
 register(OpShardCase(name="idx_scatter_dim1_sharded_s1_mesh4", fn=scatter1,
-                     inputs=[InputSpec((8, 6)), InputSpec((8, 6), dtype="int64", data=PERM_ROWS_8x6), InputSpec((8, 6))],
-                     placements=[(Shard(1),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
+                     inputs=[InputSpec((8, 6)), InputSpec((8, 6), dtype="int64", data=PERM_ROWS_8x6),
+                     InputSpec((8, 6))],
+                     placements=[(Shard(1),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=EXACT,
+                     tags=L0))
 register(OpShardCase(name="idx_scatter_value_uneven_s0_mesh4", fn=scatter_value1,
                      inputs=[InputSpec((6, 5)), InputSpec((6, 5), dtype="int64", data=PERM_ROWS_6x5)],
                      placements=[(Shard(0),), (Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
@@ -202,7 +209,8 @@ register(OpShardCase(name="idx_scatter_add_dim1_s0_grad_mesh2", fn=scatter_add1,
 register(OpShardCase(name="idx_scatter_add_dim0_sharded_mesh4", fn=scatter_add0,
                      inputs=[InputSpec((8, 6)), InputSpec((12, 6), init="uniform", dtype="int64", low=0, high=8),
                              InputSpec((12, 6))],
-                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC,
+                     tags=L0))
 register(OpShardCase(name="idx_scatter_add_dim1_s0s0_dp_tp", fn=scatter_add1,
                      inputs=[InputSpec((8, 6)), InputSpec((8, 4), init="uniform", dtype="int64", low=0, high=6),
                              InputSpec((8, 4))],
@@ -216,7 +224,8 @@ register(OpShardCase(name="idx_index_add_dim0_x_s1_grad_mesh2", fn=index_add0,
                      grad_compare=GRAD, tags=L0))
 register(OpShardCase(name="idx_index_add_sharded_dim0_mesh4", fn=index_add0,
                      inputs=[InputSpec((8, 6)), IDX(5, 8), InputSpec((5, 6))],
-                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC,
+                     tags=L0))
 register(OpShardCase(name="idx_index_add_dim1_alpha_uneven_dp_tp", fn=index_add1_alpha,
                      inputs=[InputSpec((5, 6)), IDX(4, 6), InputSpec((5, 4))],
                      placements=[(Shard(0), Replicate()), (Replicate(), Replicate()), (Shard(0), Replicate())],
@@ -228,10 +237,12 @@ register(OpShardCase(name="idx_index_put_rows_x_s1_mesh2", fn=index_put_rows,
                      placements=[(Shard(1),), (Replicate(),), (Shard(1),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
 register(OpShardCase(name="idx_index_put_rows_sharded_x_s0_mesh4", fn=index_put_rows,
                      inputs=[InputSpec((8, 6)), InputSpec((3,), dtype="int64", data=[0, 5, 7]), InputSpec((3, 6))],
-                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
+                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=EXACT,
+                     tags=L0))
 register(OpShardCase(name="idx_index_put_accumulate_r_mesh2", fn=index_put_accumulate,
                      inputs=[InputSpec((8, 6)), InputSpec((4,), dtype="int64", data=[1, 1, 3, 6]), InputSpec((4, 6))],
-                     placements=[(Replicate(),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
+                     placements=[(Replicate(),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC,
+                     tags=L0))
 register(OpShardCase(name="idx_setitem_rows_x_s1_mesh4", fn=setitem_rows,
                      inputs=[InputSpec((6, 8)), InputSpec((2,), dtype="int64", data=[0, 4]), InputSpec((2, 8))],
                      placements=[(Shard(1),), (Replicate(),), (Shard(1),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
@@ -243,21 +254,24 @@ register(OpShardCase(name="idx_setitem_bool_mask_scalar_r_mesh2", fn=setitem_mas
                      placements=[(Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
 # y[:, 1] = 5.0 lowers to select + fill_(0-d tensor): aten.fill_.Tensor has no sharding strategy.
 register(OpShardCase(name="idx_setitem_column_scalar_s0s1_dp_tp", fn=setitem_column, inputs=[InputSpec((4, 6))],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L1,
-                     known_failure="y[:, 1] = 5.0 on a DTensor raises NotImplementedError: aten.fill_.Tensor (what "
-                                   "Python setitem with a scalar lowers to) has no DTensor sharding strategy registered "
-                                   "in torch 2.13 (aten.fill_.Scalar has one)"))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L1,
+                     known_failure="y[:, 1] = 5.0 on a DTensor raises NotImplementedError: aten.fill_.Tensor "
+                                   "(what Python setitem with a scalar lowers to) has no DTensor sharding strategy "
+                                   "registered in torch 2.13 (aten.fill_.Scalar has one)"))
 register(OpShardCase(name="idx_setitem_slice_tensor_s1_mesh2", fn=setitem_slice_tensor,
                      inputs=[InputSpec((6, 4)), InputSpec((2, 4))],
                      placements=[(Shard(1),), (Shard(1),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
 register(OpShardCase(name="idx_getitem_index_tensor_s1_grad_mesh2", fn=getitem_index_tensor,
                      inputs=[InputSpec((8, 6), requires_grad=True), InputSpec((4,), dtype="int64", data=[7, 0, 3, 3])],
-                     placements=[(Shard(1),), (Replicate(),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD, tags=L0))
+                     placements=[(Shard(1),), (Replicate(),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD,
+                     tags=L0))
 
 # ---------------------------------------------------------------- masked_fill / masked_scatter
 register(OpShardCase(name="idx_masked_fill_s0_grad_mesh2", fn=masked_fill,
                      inputs=[InputSpec((8, 6), requires_grad=True), InputSpec((8, 6), dtype="bool", data=MASK_8x6)],
-                     placements=[(Shard(0),), (Shard(0),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD, tags=L0))
+                     placements=[(Shard(0),), (Shard(0),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD,
+                     tags=L0))
 register(OpShardCase(name="idx_masked_fill_bcast_mask_uneven_mesh4", fn=masked_fill,
                      inputs=[InputSpec((6, 5)), InputSpec((5,), dtype="bool", data=[True, False, False, True, False])],
                      placements=[(Shard(0),), (Replicate(),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
@@ -274,14 +288,15 @@ MASKED_SCATTER_NO_STRATEGY = (
     "is proposed upstream in the pytorch/pytorch#177409 / #177414 stack)")
 register(OpShardCase(name="idx_masked_scatter_r_mesh2", fn=masked_scatter,
                      inputs=[InputSpec((6, 5)), InputSpec((6, 5), dtype="bool", data=MASK_6x5), InputSpec((6, 5))],
-                     placements=[(Replicate(),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=EXACT, tags=L1,
+                     placements=[(Replicate(),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=EXACT,
+                     tags=L1,
                      known_failure=MASKED_SCATTER_NO_STRATEGY))
 register(OpShardCase(name="idx_masked_scatter_s0_mesh2", fn=masked_scatter,
                      inputs=[InputSpec((6, 5)), InputSpec((6, 5), dtype="bool", data=MASK_6x5), InputSpec((6, 5))],
                      placements=[(Shard(0),), (Shard(0),), (Replicate(),)], mesh_shape=MESH2, compare=EXACT, tags=L1,
                      known_failure=MASKED_SCATTER_NO_STRATEGY))
 
-# ---------------------------------------------------------------- nonzero / boolean-mask getitem (data-dependent shapes)
+# ------------------------------------------------------- nonzero / boolean-mask getitem (data-dependent shapes)
 # The result is fully defined (indices of the global tensor), so equal(), not shape(), is the
 # right comparison: a shape-only check would hide wrong local (unshifted) indices.
 # Every variant currently fails in sharding propagation: DTensor computes the output meta
@@ -292,10 +307,12 @@ NONZERO_FAKE_PROP = (
     "(pytorch/pytorch#124990; a strategy is proposed in pytorch/pytorch#177407)")
 register(OpShardCase(name="idx_nonzero_replicate_mesh2", fn=nonzero,
                      inputs=[InputSpec((6, 5), init="uniform", dtype="int64", low=0, high=2)],
-                     placements=[(Replicate(),)], mesh_shape=MESH2, compare=EXACT, tags=L1, known_failure=NONZERO_FAKE_PROP))
+                     placements=[(Replicate(),)], mesh_shape=MESH2, compare=EXACT, tags=L1,
+                     known_failure=NONZERO_FAKE_PROP))
 register(OpShardCase(name="idx_nonzero_sharded_s0_mesh2", fn=nonzero,
                      inputs=[InputSpec((6, 5), init="uniform", dtype="int64", low=0, high=2)],
-                     placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, tags=L1, known_failure=NONZERO_FAKE_PROP))
+                     placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, tags=L1,
+                     known_failure=NONZERO_FAKE_PROP))
 register(OpShardCase(name="idx_getitem_bool_mask_r_mesh4", fn=getitem_bool_mask_rows,
                      inputs=[InputSpec((6, 5)), InputSpec((6, 5), dtype="bool", data=MASK_6x5)],
                      placements=[(Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=EXACT, tags=L1,
@@ -305,19 +322,23 @@ register(OpShardCase(name="idx_getitem_bool_mask_r_mesh4", fn=getitem_bool_mask_
 register(OpShardCase(name="idx_embedding_rowwise_w_s0_grad_mesh2", fn=embedding,
                      inputs=[InputSpec((4, 6), init="uniform", dtype="int64", low=0, high=16),
                              InputSpec((16, 8), requires_grad=True)],
-                     placements=[(Replicate(),), (Shard(0),)], mesh_shape=MESH2, compare=REASSOC, grad_compare=GRAD, tags=L0))
+                     placements=[(Replicate(),), (Shard(0),)], mesh_shape=MESH2, compare=REASSOC, grad_compare=GRAD,
+                     tags=L0))
 register(OpShardCase(name="idx_embedding_colwise_w_s1_grad_mesh2", fn=embedding,
                      inputs=[InputSpec((4, 6), init="uniform", dtype="int64", low=0, high=16),
                              InputSpec((16, 8), requires_grad=True)],
-                     placements=[(Replicate(),), (Shard(1),)], mesh_shape=MESH2, compare=REASSOC, grad_compare=GRAD, tags=L0))
+                     placements=[(Replicate(),), (Shard(1),)], mesh_shape=MESH2, compare=REASSOC, grad_compare=GRAD,
+                     tags=L0))
 register(OpShardCase(name="idx_embedding_rowwise_uneven_vocab_grad_mesh4", fn=embedding,
                      inputs=[InputSpec((3, 5), init="uniform", dtype="int64", low=0, high=10),
                              InputSpec((10, 4), requires_grad=True)],
-                     placements=[(Replicate(),), (Shard(0),)], mesh_shape=MESH4, compare=REASSOC, grad_compare=GRAD, tags=L0))
+                     placements=[(Replicate(),), (Shard(0),)], mesh_shape=MESH4, compare=REASSOC, grad_compare=GRAD,
+                     tags=L0))
 register(OpShardCase(name="idx_embedding_colwise_uneven_dim_ids_s0_grad_mesh4", fn=embedding,
                      inputs=[InputSpec((8, 3), init="uniform", dtype="int64", low=0, high=12),
                              InputSpec((12, 6), requires_grad=True)],
-                     placements=[(Shard(0),), (Shard(1),)], mesh_shape=MESH4, compare=REASSOC, grad_compare=GRAD, tags=L0))
+                     placements=[(Shard(0),), (Shard(1),)], mesh_shape=MESH4, compare=REASSOC, grad_compare=GRAD,
+                     tags=L0))
 register(OpShardCase(name="idx_embedding_dp_ids_tp_rowwise_grad_dp_tp", fn=embedding,
                      inputs=[InputSpec((4, 6), init="uniform", dtype="int64", low=0, high=16),
                              InputSpec((16, 8), requires_grad=True)],
@@ -331,4 +352,5 @@ register(OpShardCase(name="idx_embedding_dp_ids_tp_colwise_grad_dp_tp", fn=embed
 register(OpShardCase(name="idx_embedding_padding_idx_rowwise_grad_mesh2", fn=embedding_padding_idx,
                      inputs=[InputSpec((4, 6), init="uniform", dtype="int64", low=0, high=8),
                              InputSpec((8, 4), requires_grad=True)],
-                     placements=[(Replicate(),), (Shard(0),)], mesh_shape=MESH2, compare=REASSOC, grad_compare=GRAD, tags=L1))
+                     placements=[(Replicate(),), (Shard(0),)], mesh_shape=MESH2, compare=REASSOC, grad_compare=GRAD,
+                     tags=L1))

@@ -157,7 +157,8 @@ register(OpShardCase(name="linalg_mm_partial_dp_contract_tp_dp_tp", fn=mm,
 register(OpShardCase(name="linalg_linear_dp_grad_mesh2", fn=linear,
                      inputs=[InputSpec((8, 6), requires_grad=True), InputSpec((4, 6), requires_grad=True),
                              InputSpec((4,), requires_grad=True)],
-                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC,
+                     tags=L0))
 register(OpShardCase(name="linalg_linear_tp_col_grad_mesh2", fn=linear,
                      inputs=[InputSpec((8, 6), requires_grad=True), InputSpec((8, 6), requires_grad=True),
                              InputSpec((8,), requires_grad=True)],
@@ -169,7 +170,8 @@ register(OpShardCase(name="linalg_linear_tp_row_grad_mesh2", fn=linear,
 register(OpShardCase(name="linalg_linear_dp_uneven_batch_grad_mesh4", fn=linear,
                      inputs=[InputSpec((7, 6), requires_grad=True), InputSpec((5, 6), requires_grad=True),
                              InputSpec((5,), requires_grad=True)],
-                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC,
+                     tags=L0))
 register(OpShardCase(name="linalg_linear_tp_col_uneven_out_grad_mesh4", fn=linear,
                      inputs=[InputSpec((4, 8), requires_grad=True), InputSpec((6, 8), requires_grad=True),
                              InputSpec((6,), requires_grad=True)],
@@ -197,7 +199,8 @@ register(OpShardCase(name="linalg_linear_no_bias_seq_tp_grad_dp_tp", fn=linear_n
 register(OpShardCase(name="linalg_addmm_rows_s0_grad_mesh2", fn=addmm,
                      inputs=[InputSpec((4,), requires_grad=True), InputSpec((8, 6), requires_grad=True),
                              InputSpec((6, 4), requires_grad=True)],
-                     placements=[(Replicate(),), (Shard(0),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
+                     placements=[(Replicate(),), (Shard(0),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC,
+                     tags=L0))
 # The bias is replicated while the product is Partial: it must be added once, not n times.
 register(OpShardCase(name="linalg_addmm_contract_partial_bias_r_grad_mesh4", fn=addmm,
                      inputs=[InputSpec((4, 4), requires_grad=True), InputSpec((4, 8), requires_grad=True),

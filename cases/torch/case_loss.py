@@ -92,7 +92,8 @@ register(OpShardCase(name="loss_ce_sum_batch_uneven_mesh4", fn=ce_sum, inputs=[I
                      placements=[(Shard(0),), (Shard(0),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
 register(OpShardCase(name="loss_ce_none_batch_s0_mesh4", fn=ce_none, inputs=[InputSpec((8, C)), targets(8)],
                      placements=[(Shard(0),), (Shard(0),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
-register(OpShardCase(name="loss_ce_mean_class_sharded_grad_mesh2", fn=ce_mean, inputs=[InputSpec((6, C), **G), targets(6)],
+register(OpShardCase(name="loss_ce_mean_class_sharded_grad_mesh2", fn=ce_mean,
+                     inputs=[InputSpec((6, C), **G), targets(6)],
                      placements=[(Shard(1),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
 register(OpShardCase(name="loss_ce_loss_parallel_class_sharded_grad_mesh2", fn=ce_loss_parallel,
                      inputs=[InputSpec((6, C), **G), targets(6)],
@@ -100,7 +101,8 @@ register(OpShardCase(name="loss_ce_loss_parallel_class_sharded_grad_mesh2", fn=c
 register(OpShardCase(name="loss_ce_loss_parallel_class_sharded_mesh4", fn=ce_loss_parallel,
                      inputs=[InputSpec((4, C)), targets(4)],
                      placements=[(Shard(1),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
-register(OpShardCase(name="loss_ce_batch_dp_class_tp_grad_dp_tp", fn=ce_mean, inputs=[InputSpec((4, C), **G), targets(4)],
+register(OpShardCase(name="loss_ce_batch_dp_class_tp_grad_dp_tp", fn=ce_mean,
+                     inputs=[InputSpec((4, C), **G), targets(4)],
                      placements=[(Shard(0), Shard(1)), (Shard(0), Replicate())], mesh_shape=MESH_2D,
                      mesh_dim_names=DP_TP, compare=REASSOC, tags=L0))
 register(OpShardCase(name="loss_ce_loss_parallel_sum_batch_dp_class_tp_dp_tp", fn=ce_loss_parallel_sum,
@@ -125,12 +127,14 @@ MSE_MEAN_GRAD = (
     "mse_loss(reduction='mean') backward on a sharded DTensor returns n x the gradient (n = ranks the input "
     "is sharded over: 2x on (2,), 4x on (4,)); torch/distributed/tensor/_ops has no rule for "
     "aten.mse_loss/mse_loss_backward and the path taken normalises by the LOCAL numel instead of the global one")
-register(OpShardCase(name="loss_mse_mean_s0_grad_mesh2", fn=mse_mean, inputs=[InputSpec((8, 6), **G), InputSpec((8, 6))],
+register(OpShardCase(name="loss_mse_mean_s0_grad_mesh2", fn=mse_mean,
+                     inputs=[InputSpec((8, 6), **G), InputSpec((8, 6))],
                      placements=[(Shard(0),), (Shard(0),)], mesh_shape=MESH2, compare=REASSOC, tags=L0,
                      known_failure=MSE_MEAN_GRAD))
 register(OpShardCase(name="loss_mse_mean_s0_forward_mesh2", fn=mse_mean, inputs=[InputSpec((8, 6)), InputSpec((8, 6))],
                      placements=[(Shard(0),), (Shard(0),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
-register(OpShardCase(name="loss_mse_sum_s0_grad_mesh2", fn=mse_sum_1, inputs=[InputSpec((8, 6), **G), InputSpec((8, 6))],
+register(OpShardCase(name="loss_mse_sum_s0_grad_mesh2", fn=mse_sum_1,
+                     inputs=[InputSpec((8, 6), **G), InputSpec((8, 6))],
                      placements=[(Shard(0),), (Shard(0),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
 register(OpShardCase(name="loss_mse_sum_mixed_uneven_mesh4", fn=mse_sum, inputs=[InputSpec((7, 5)), InputSpec((7, 5))],
                      placements=[(Shard(0),), (Shard(1),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
@@ -138,8 +142,10 @@ register(OpShardCase(name="loss_mse_none_s0s1_grad_dp_tp", fn=mse_none,
                      inputs=[InputSpec((4, 6), **G), InputSpec((4, 6), **G)],
                      placements=[(Shard(0), Shard(1)), (Shard(0), Shard(1))], mesh_shape=MESH_2D,
                      mesh_dim_names=DP_TP, compare=REASSOC, tags=L0))
-register(OpShardCase(name="loss_mse_mean_s1_grad_mesh4", fn=mse_mean, inputs=[InputSpec((4, 8), **G), InputSpec((4, 8))],
+register(OpShardCase(name="loss_mse_mean_s1_grad_mesh4", fn=mse_mean,
+                     inputs=[InputSpec((4, 8), **G), InputSpec((4, 8))],
                      placements=[(Shard(1),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC, tags=L1,
                      known_failure=MSE_MEAN_GRAD))
-register(OpShardCase(name="loss_mse_mean_replicate_grad_mesh4", fn=mse_mean, inputs=[InputSpec((4, 8), **G), InputSpec((4, 8))],
+register(OpShardCase(name="loss_mse_mean_replicate_grad_mesh4", fn=mse_mean,
+                     inputs=[InputSpec((4, 8), **G), InputSpec((4, 8))],
                      placements=[(Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC, tags=L1))

@@ -63,7 +63,8 @@ register(OpShardCase(name="m8_mul_partial_r_mesh8", fn=mul, inputs=[InputSpec((8
                      placements=[(Partial("sum"),), (Replicate(),)], mesh_shape=MESH8, compare=REASSOC, tags=L1))
 register(OpShardCase(name="m8_sum_sharded_dim0_uneven_mesh8", fn=sum0, inputs=[InputSpec((12, 3))],
                      placements=[(Shard(0),)], mesh_shape=MESH8, compare=REASSOC, tags=L1))
-register(OpShardCase(name="m8_mm_contract_partial_grad_mesh8", fn=mm, inputs=[InputSpec((4, 16), **G), InputSpec((16, 3), **G)],
+register(OpShardCase(name="m8_mm_contract_partial_grad_mesh8", fn=mm,
+                     inputs=[InputSpec((4, 16), **G), InputSpec((16, 3), **G)],
                      placements=[(Shard(1),), (Shard(0),)], mesh_shape=MESH8, compare=REASSOC, tags=L0))
 register(OpShardCase(name="m8_softmax_over_sharded_dim_mesh8", fn=softmax_last, inputs=[InputSpec((3, 16))],
                      placements=[(Shard(1),)], mesh_shape=MESH8, compare=REASSOC, tags=L1))

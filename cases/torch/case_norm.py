@@ -91,11 +91,13 @@ def dropout_eval(x):
 register(OpShardCase(name="norm_layer_norm_batch_s0_grad_mesh2", fn=layer_norm,
                      inputs=[InputSpec((8, H), requires_grad=True), InputSpec((H,), requires_grad=True),
                              InputSpec((H,), requires_grad=True)],
-                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC,
+                     tags=L0))
 register(OpShardCase(name="norm_layer_norm_uneven_batch_grad_mesh4", fn=layer_norm,
                      inputs=[InputSpec((7, H), requires_grad=True), InputSpec((H,), requires_grad=True),
                              InputSpec((H,), requires_grad=True)],
-                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC,
+                     tags=L0))
 register(OpShardCase(name="norm_layer_norm_seq_parallel_grad_dp_tp", fn=layer_norm,
                      inputs=[InputSpec((4, 6, H), requires_grad=True), InputSpec((H,), requires_grad=True),
                              InputSpec((H,), requires_grad=True)],
@@ -108,7 +110,8 @@ register(OpShardCase(name="norm_layer_norm_hidden_sharded_grad_mesh2", fn=layer_
                      placements=[(Shard(1),), (Shard(0),), (Shard(0),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
 register(OpShardCase(name="norm_layer_norm_2d_shape_s0_mesh4", fn=layer_norm_2d,
                      inputs=[InputSpec((8, 4, 6)), InputSpec((4, 6)), InputSpec((4, 6))],
-                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC,
+                     tags=L0))
 
 # ---------------------------------------------------------------- rms_norm
 register(OpShardCase(name="norm_rms_norm_batch_s0_grad_mesh2", fn=rms_norm,
@@ -135,23 +138,28 @@ register(OpShardCase(name="norm_rms_norm_bf16_batch_s0_mesh2", fn=rms_norm,
 # ---------------------------------------------------------------- group_norm (N, C, L), 2 groups
 register(OpShardCase(name="norm_group_norm_batch_s0_mesh2", fn=group_norm,
                      inputs=[InputSpec((4, 4, 6)), InputSpec((4,)), InputSpec((4,))],
-                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC,
+                     tags=L0))
 register(OpShardCase(name="norm_group_norm_replicate_grad_mesh2", fn=group_norm,
                      inputs=[InputSpec((4, 4, 6), requires_grad=True), InputSpec((4,), requires_grad=True),
                              InputSpec((4,), requires_grad=True)],
-                     placements=[(Replicate(),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
+                     placements=[(Replicate(),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC,
+                     tags=L0))
 # Batch-sharded backward: repro /tmp/repro/norm_bugs.py (forward correct, backward raises).
 register(OpShardCase(name="norm_group_norm_batch_s0_grad_mesh2", fn=group_norm,
                      inputs=[InputSpec((4, 4, 6), requires_grad=True), InputSpec((4,), requires_grad=True),
                              InputSpec((4,), requires_grad=True)],
-                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC, tags=L1,
-                     known_failure="group_norm backward on a batch-sharded DTensor raises 'Expected dY.numel() == N * C "
-                                   "* HxW': DTensor rewrites native_group_norm's global N/C/HxW scalars to local ones "
-                                   "(_adjust_group_norm_scalars in torch/distributed/tensor/_ops/_math_ops.py) but not "
-                                   "native_group_norm_backward's, so the local backward kernel gets the global N"))
+                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC,
+                     tags=L1,
+                     known_failure="group_norm backward on a batch-sharded DTensor raises 'Expected dY.numel() == N * "
+                                   "C * HxW': DTensor rewrites native_group_norm's global N/C/HxW scalars to local "
+                                   "ones (_adjust_group_norm_scalars in torch/distributed/tensor/_ops/_math_ops.py) "
+                                   "but not native_group_norm_backward's, so the local backward kernel gets the global "
+                                   "N"))
 register(OpShardCase(name="norm_group_norm_uneven_batch_mesh4", fn=group_norm,
                      inputs=[InputSpec((5, 4, 3)), InputSpec((4,)), InputSpec((4,))],
-                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC,
+                     tags=L0))
 register(OpShardCase(name="norm_group_norm_channels_sharded_dp_tp", fn=group_norm,
                      inputs=[InputSpec((4, 4, 6)), InputSpec((4,)), InputSpec((4,))],
                      placements=[(Shard(0), Shard(1)), (Replicate(), Replicate()), (Replicate(), Replicate())],
@@ -168,7 +176,8 @@ register(OpShardCase(name="norm_log_softmax_uneven_grad_mesh4", fn=log_softmax_l
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
 register(OpShardCase(name="norm_softmax_dim1_3d_grad_dp_tp", fn=softmax_dim1,
                      inputs=[InputSpec((4, 8, 6), requires_grad=True)],
-                     placements=[(Shard(0), Shard(2))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0), Shard(2))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=REASSOC,
+                     tags=L0))
 register(OpShardCase(name="norm_softmax_bf16_s0_grad_mesh2", fn=softmax_last,
                      inputs=[InputSpec((8, H), dtype="bfloat16", requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=BF16, grad_compare=BF16_GRAD, tags=L0))
@@ -184,7 +193,8 @@ register(OpShardCase(name="norm_softmax_fp16_s0_grad_mesh2", fn=softmax_last,
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=FP16, grad_compare=FP16_GRAD, tags=L0))
 register(OpShardCase(name="norm_log_softmax_fp16_uneven_mesh4", fn=log_softmax_last,
                      inputs=[InputSpec((6, H), dtype="float16")],
-                     placements=[(Shard(0),)], mesh_shape=MESH4, compare=CompareSpec.allclose(rtol=2e-3, atol=2e-3), tags=L0))
+                     placements=[(Shard(0),)], mesh_shape=MESH4, compare=CompareSpec.allclose(rtol=2e-3, atol=2e-3),
+                     tags=L0))
 register(OpShardCase(name="norm_layer_norm_bf16_batch_grad_mesh2", fn=layer_norm,
                      inputs=[InputSpec((8, H), dtype="bfloat16", requires_grad=True),
                              InputSpec((H,), dtype="bfloat16", requires_grad=True),
@@ -194,11 +204,13 @@ register(OpShardCase(name="norm_layer_norm_bf16_batch_grad_mesh2", fn=layer_norm
                      grad_compare=CompareSpec.allclose(rtol=1.6e-2, atol=6.3e-2), tags=L1))
 
 # ---------------------------------------------------------------- dropout
-register(OpShardCase(name="norm_dropout_p0_exact_grad_mesh4", fn=dropout_p0, inputs=[InputSpec((7, 5), requires_grad=True)],
+register(OpShardCase(name="norm_dropout_p0_exact_grad_mesh4", fn=dropout_p0,
+                     inputs=[InputSpec((7, 5), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=CompareSpec.equal(), tags=L0))
 register(OpShardCase(name="norm_dropout_p03_shape_s1_mesh2", fn=dropout_p03, inputs=[InputSpec((4, 8))],
                      placements=[(Shard(1),)], mesh_shape=MESH2, compare=RANDOM_MASK, tags=L0))
 register(OpShardCase(name="norm_dropout_p03_shape_s0s1_dp_tp", fn=dropout_p03, inputs=[InputSpec((4, 6))],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=RANDOM_MASK, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=RANDOM_MASK,
+                     tags=L0))
 register(OpShardCase(name="norm_dropout_eval_identity_s0_mesh2", fn=dropout_eval, inputs=[InputSpec((8, 6))],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=CompareSpec.equal(), tags=L0))

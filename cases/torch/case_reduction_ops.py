@@ -175,13 +175,15 @@ def count_nonzero1(x):
 
 # ---------------------------------------------------------------- amax / amin (Partial max/min outputs)
 register(OpShardCase(name="red_amax_sharded_dim0_grad_mesh2", fn=amax0, inputs=[InputSpec((8, 6), requires_grad=True)],
-                     placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, grad_compare=CompareSpec.allclose(), tags=L0))
+                     placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, grad_compare=CompareSpec.allclose(),
+                     tags=L0))
 register(OpShardCase(name="red_amax_unsharded_dim1_keepdim_s0_mesh4", fn=amax1_keepdim, inputs=[InputSpec((8, 6))],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
 register(OpShardCase(name="red_amin_sharded_dim0_keepdim_uneven_mesh4", fn=amin0_keepdim, inputs=[InputSpec((7, 5))],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
 register(OpShardCase(name="red_amin_all_s0s1_dp_tp", fn=amin_all, inputs=[InputSpec((4, 6))],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
 # amax of a Partial("max") input stays Partial("max"); amax of a Partial("sum") must reduce first.
 register(OpShardCase(name="red_amax_partial_max_input_mesh2", fn=amax0, inputs=[InputSpec((8, 6))],
                      placements=[(Partial("max"),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
@@ -202,10 +204,12 @@ register(OpShardCase(name="red_max_sharded_dim0_s0s1_dp_tp", fn=max0, inputs=[In
                      compare_outputs=(0, 1), tags=L0))
 register(OpShardCase(name="red_argmax_sharded_dim0_mesh2", fn=argmax0, inputs=[InputSpec((8, 6))],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
-register(OpShardCase(name="red_argmax_unsharded_dim1_keepdim_uneven_s0_mesh4", fn=argmax1_keepdim, inputs=[InputSpec((5, 6))],
+register(OpShardCase(name="red_argmax_unsharded_dim1_keepdim_uneven_s0_mesh4", fn=argmax1_keepdim,
+                     inputs=[InputSpec((5, 6))],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
 register(OpShardCase(name="red_argmin_flat_s1s0_dp_tp", fn=argmin_flat, inputs=[InputSpec((4, 6))],
-                     placements=[(Shard(1), Shard(0))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+                     placements=[(Shard(1), Shard(0))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
 register(OpShardCase(name="red_argmax_int64_sharded_dim0_mesh4", fn=argmax0,
                      inputs=[InputSpec((8, 3), init="arange", dtype="int64")],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
@@ -228,17 +232,20 @@ register(OpShardCase(name="red_prod_unsharded_dim1_keepdim_uneven_mesh4", fn=pro
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
 register(OpShardCase(name="red_prod_int64_sharded_dim1_dp_tp", fn=prod1_keepdim,
                      inputs=[InputSpec((4, 6), init="uniform", dtype="int64", low=-3, high=4)],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
 
 # ---------------------------------------------------------------- var / std
 register(OpShardCase(name="red_var_sharded_dim0_grad_mesh2", fn=var0, inputs=[InputSpec((8, 6), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
 register(OpShardCase(name="red_var_unsharded_dim1_keepdim_mesh4", fn=var1_keepdim, inputs=[InputSpec((8, 6))],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
-register(OpShardCase(name="red_std_sharded_dim0_keepdim_uneven_mesh4", fn=std0_keepdim_unbiased0, inputs=[InputSpec((9, 4))],
+register(OpShardCase(name="red_std_sharded_dim0_keepdim_uneven_mesh4", fn=std0_keepdim_unbiased0,
+                     inputs=[InputSpec((9, 4))],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
 register(OpShardCase(name="red_std_all_s0s1_grad_dp_tp", fn=std_all, inputs=[InputSpec((4, 6), requires_grad=True)],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=REASSOC,
+                     tags=L0))
 register(OpShardCase(name="red_var_partial_sum_input_mesh2", fn=var1_keepdim, inputs=[InputSpec((4, 6))],
                      placements=[(Partial("sum"),)], mesh_shape=MESH2, compare=REASSOC, tags=L1))
 
@@ -250,7 +257,8 @@ register(OpShardCase(name="red_norm2_unsharded_dim1_keepdim_mesh4", fn=norm1_kee
 register(OpShardCase(name="red_norm2_all_uneven_mesh4", fn=norm_all, inputs=[InputSpec((7, 3))],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
 register(OpShardCase(name="red_norm2_all_s0s1_grad_dp_tp", fn=norm_all, inputs=[InputSpec((4, 6), requires_grad=True)],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=REASSOC,
+                     tags=L0))
 register(OpShardCase(name="red_norm1_sharded_dim0_mesh2", fn=norm_l1_dim0, inputs=[InputSpec((8, 6))],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
 register(OpShardCase(name="red_norminf_sharded_dim0_mesh4", fn=norm_inf_dim0, inputs=[InputSpec((8, 6))],
@@ -266,19 +274,22 @@ register(OpShardCase(name="red_logsumexp_unsharded_dim1_keepdim_uneven_mesh4", f
                      inputs=[InputSpec((6, 5))],
                      placements=[(Shard(1),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
 register(OpShardCase(name="red_logsumexp_s0s1_dp_tp", fn=logsumexp1_keepdim, inputs=[InputSpec((4, 8))],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=REASSOC,
+                     tags=L0))
 
 # ---------------------------------------------------------------- all / any (bool)
 BOOL_MOSTLY_TRUE = [[True] * 6] * 4
 register(OpShardCase(name="red_all_sharded_dim1_bool_mesh2", fn=all1,
-                     inputs=[InputSpec((4, 6), dtype="bool", data=[[True] * 6, [True, False] * 3, [True] * 6, [False] * 6])],
+                     inputs=[InputSpec((4, 6), dtype="bool",
+                     data=[[True] * 6, [True, False] * 3, [True] * 6, [False] * 6])],
                      placements=[(Shard(1),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
 register(OpShardCase(name="red_any_sharded_dim0_keepdim_bool_uneven_mesh4", fn=any0_keepdim,
                      inputs=[InputSpec((7, 4), init="uniform", dtype="bool")],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
 register(OpShardCase(name="red_all_flat_bool_s0s1_dp_tp", fn=all_flat,
                      inputs=[InputSpec((4, 6), dtype="bool", data=BOOL_MOSTLY_TRUE)],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
 register(OpShardCase(name="red_any_flat_float_s0_mesh4", fn=any_flat, inputs=[InputSpec((8, 3), init="zeros")],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
 register(OpShardCase(name="red_count_nonzero_int_sharded_dim1_mesh2", fn=count_nonzero1,
@@ -291,13 +302,16 @@ register(OpShardCase(name="red_sum_sharded_dim0_grad_mesh2", fn=sum0, inputs=[In
 register(OpShardCase(name="red_sum_unsharded_keepdim_uneven_grad_mesh4", fn=sum1_keepdim,
                      inputs=[InputSpec((7, 6), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
-register(OpShardCase(name="red_mean_sharded_dim0_uneven_grad_mesh4", fn=mean0, inputs=[InputSpec((10, 3), requires_grad=True)],
+register(OpShardCase(name="red_mean_sharded_dim0_uneven_grad_mesh4", fn=mean0,
+                     inputs=[InputSpec((10, 3), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
 register(OpShardCase(name="red_mean_sharded_dim1_keepdim_grad_dp_tp", fn=mean1_keepdim,
                      inputs=[InputSpec((4, 6), requires_grad=True)],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=REASSOC,
+                     tags=L0))
 register(OpShardCase(name="red_sum_all_s0s0_grad_dp_tp", fn=sum_all, inputs=[InputSpec((8, 3), requires_grad=True)],
-                     placements=[(Shard(0), Shard(0))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=REASSOC, tags=L0))
+                     placements=[(Shard(0), Shard(0))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=REASSOC,
+                     tags=L0))
 register(OpShardCase(name="red_sum_partial_sum_input_mesh4", fn=sum0, inputs=[InputSpec((4, 6))],
                      placements=[(Partial("sum"),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
 register(OpShardCase(name="red_mean_partial_avg_input_mesh2", fn=mean1_keepdim, inputs=[InputSpec((8, 6))],
@@ -308,5 +322,6 @@ register(OpShardCase(name="red_sum_partial_sum_dp_shard_tp_dp_tp", fn=sum0, inpu
 register(OpShardCase(name="red_sum_int64_sharded_dim0_mesh4", fn=sum_int,
                      inputs=[InputSpec((8, 5), init="uniform", dtype="int64", low=-1000, high=1000)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
-register(OpShardCase(name="red_sum_replicate_grad_dp_tp", fn=sum1_keepdim, inputs=[InputSpec((4, 6), requires_grad=True)],
+register(OpShardCase(name="red_sum_replicate_grad_dp_tp", fn=sum1_keepdim,
+                     inputs=[InputSpec((4, 6), requires_grad=True)],
                      placements=[(Replicate(), Replicate())], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, tags=L1))

@@ -83,16 +83,18 @@ register(OpShardCase(name="scan_cumsum_sharded_uneven_dim0_mesh4", fn=cumsum0, i
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
 register(OpShardCase(name="scan_cumsum_int64_s0s1_dp_tp", fn=cumsum1,
                      inputs=[InputSpec((4, 6), init="uniform", dtype="int64", low=-50, high=50)],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
 register(OpShardCase(name="scan_cumprod_unsharded_s0_mesh4", fn=cumprod1, inputs=[InputSpec((8, 6), **POS)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
 register(OpShardCase(name="scan_cumprod_sharded_dim0_mesh2", fn=cumprod0, inputs=[InputSpec((8, 3), **POS)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
-register(OpShardCase(name="scan_cumprod_s0_grad_mesh2", fn=cumprod1, inputs=[InputSpec((8, 6), requires_grad=True, **POS)],
+register(OpShardCase(name="scan_cumprod_s0_grad_mesh2", fn=cumprod1,
+                     inputs=[InputSpec((8, 6), requires_grad=True, **POS)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=REASSOC, tags=L1,
                      known_failure="cumprod backward on a DTensor raises 'aten.where.self got mixed torch.Tensor and "
-                                   "DTensor': the composite-compliant cumprod_backward builds plain tensors and mixes them "
-                                   "with the DTensor grad (pytorch/pytorch#185362, fixed upstream after 2.13)"))
+                                   "DTensor': the composite-compliant cumprod_backward builds plain tensors and mixes "
+                                   "them with the DTensor grad (pytorch/pytorch#185362, fixed upstream after 2.13)"))
 
 # ---------------------------------------------------------------- sort / argsort / topk
 register(OpShardCase(name="scan_sort_sharded_dim0_mesh2", fn=sort0, inputs=[InputSpec((8, 4))],
@@ -107,7 +109,8 @@ register(OpShardCase(name="scan_argsort_last_s0_mesh2", fn=argsort_last, inputs=
 register(OpShardCase(name="scan_argsort_sharded_dim0_desc_mesh4", fn=argsort0_desc, inputs=[InputSpec((8, 3))],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
 register(OpShardCase(name="scan_argsort_s0s1_dp_tp", fn=argsort_last, inputs=[InputSpec((4, 8))],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
 register(OpShardCase(name="scan_topk_sharded_dim_mesh2", fn=topk_last, inputs=[InputSpec((4, 10))],
                      placements=[(Shard(1),)], mesh_shape=MESH2, compare=EXACT, compare_outputs=(0, 1), tags=L0))
 register(OpShardCase(name="scan_topk_dim0_uneven_s1_mesh4", fn=topk0, inputs=[InputSpec((6, 5))],
@@ -119,4 +122,5 @@ register(OpShardCase(name="scan_topk_values_grad_s0_mesh2", fn=topk_last, inputs
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, compare_outputs=(0, 1),
                      grad_compare=CompareSpec.allclose(), tags=L1))
 register(OpShardCase(name="scan_msort_sharded_dim0_dp_tp", fn=msort, inputs=[InputSpec((8, 4))],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L1))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L1))

@@ -32,7 +32,6 @@ Backward (``requires_grad=True`` on Q, K, V): the framework optimises ``L = sum 
 with fixed standard-normal G, so the expected dQ, dK, dV are single-device autograd's for
 that L; they stay sharded like Q/K/V and are compared gathered.
 """
-import torch
 import torch.nn.functional as F
 
 from meshtest import CompareSpec, InputSpec, OpShardCase, Replicate, Shard, register

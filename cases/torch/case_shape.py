@@ -259,9 +259,9 @@ register(OpShardCase(name="shape_reshape_flatten_uneven_s0_mesh4", fn=reshape_me
                      inputs=[InputSpec((6, 5), **ARANGE)], placements=[(Shard(0),)], mesh_shape=MESH4,
                      compare=EXACT, tags=L1,
                      known_failure="reshape(-1) of a (6,5) tensor Shard(0) on 4 ranks (uneven) raises 'Cannot flatten "
-                                   "unevenly sharded tensor' instead of redistributing: reshape decomposes to aten.view "
-                                   "and the strict view rule in _ops/_view_ops.py (pytorch/pytorch#149764) refuses it; "
-                                   "pytorch/pytorch#143372"))
+                                   "unevenly sharded tensor' instead of redistributing: reshape decomposes to "
+                                   "aten.view and the strict view rule in _ops/_view_ops.py (pytorch/pytorch#149764) "
+                                   "refuses it; pytorch/pytorch#143372"))
 register(OpShardCase(name="shape_reshape_merge_last_s1_grad_mesh2", fn=reshape_3d_to_2d_last,
                      inputs=[InputSpec((4, 6, 5), requires_grad=True)], placements=[(Shard(1),)], mesh_shape=MESH2,
                      compare=EXACT, grad_compare=GRAD, tags=L0))
@@ -270,94 +270,119 @@ register(OpShardCase(name="shape_reshape_merge_last_s0s1_dp_tp", fn=reshape_3d_t
                      mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
 
 # ---------------------------------------------------------------- permute / flatten / unflatten / squeeze
-register(OpShardCase(name="shape_permute_021_s2_grad_mesh2", fn=permute_021, inputs=[InputSpec((2, 3, 8), requires_grad=True)],
+register(OpShardCase(name="shape_permute_021_s2_grad_mesh2", fn=permute_021,
+                     inputs=[InputSpec((2, 3, 8), requires_grad=True)],
                      placements=[(Shard(2),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD, tags=L0))
 register(OpShardCase(name="shape_permute_210_uneven_s1_mesh4", fn=permute_210, inputs=[InputSpec((2, 7, 3), **ARANGE)],
                      placements=[(Shard(1),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
 register(OpShardCase(name="shape_permute_210_s0s2_dp_tp", fn=permute_210, inputs=[InputSpec((4, 3, 6), **ARANGE)],
-                     placements=[(Shard(0), Shard(2))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+                     placements=[(Shard(0), Shard(2))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
 register(OpShardCase(name="shape_movedim_s0_mesh2", fn=movedim, inputs=[InputSpec((4, 3, 5), **ARANGE)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, tags=L1))
-register(OpShardCase(name="shape_flatten_12_s0_grad_mesh4", fn=flatten_12, inputs=[InputSpec((8, 3, 4), requires_grad=True)],
+register(OpShardCase(name="shape_flatten_12_s0_grad_mesh4", fn=flatten_12,
+                     inputs=[InputSpec((8, 3, 4), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, grad_compare=GRAD, tags=L0))
-register(OpShardCase(name="shape_flatten_01_sharded_outer_s0_mesh2", fn=flatten_01, inputs=[InputSpec((4, 3, 5), **ARANGE)],
+register(OpShardCase(name="shape_flatten_01_sharded_outer_s0_mesh2", fn=flatten_01,
+                     inputs=[InputSpec((4, 3, 5), **ARANGE)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
 register(OpShardCase(name="shape_unflatten_unsharded_s0_mesh2", fn=unflatten_1, inputs=[InputSpec((4, 12), **ARANGE)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
-register(OpShardCase(name="shape_unflatten_sharded_s0_grad_mesh2", fn=unflatten_0, inputs=[InputSpec((8, 3), requires_grad=True)],
+register(OpShardCase(name="shape_unflatten_sharded_s0_grad_mesh2", fn=unflatten_0,
+                     inputs=[InputSpec((8, 3), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD, tags=L0))
-register(OpShardCase(name="shape_unflatten_sharded_s1_dp_tp", fn=unflatten_1_even, inputs=[InputSpec((4, 12), **ARANGE)],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+register(OpShardCase(name="shape_unflatten_sharded_s1_dp_tp", fn=unflatten_1_even,
+                     inputs=[InputSpec((4, 12), **ARANGE)],
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
 register(OpShardCase(name="shape_squeeze_s0_mesh4", fn=squeeze_1, inputs=[InputSpec((8, 1, 3), **ARANGE)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
-register(OpShardCase(name="shape_squeeze_s2_uneven_grad_mesh4", fn=squeeze_1, inputs=[InputSpec((2, 1, 7), requires_grad=True)],
+register(OpShardCase(name="shape_squeeze_s2_uneven_grad_mesh4", fn=squeeze_1,
+                     inputs=[InputSpec((2, 1, 7), requires_grad=True)],
                      placements=[(Shard(2),)], mesh_shape=MESH4, compare=EXACT, grad_compare=GRAD, tags=L0))
 register(OpShardCase(name="shape_unsqueeze_0_s1_mesh2", fn=unsqueeze_0, inputs=[InputSpec((3, 8), **ARANGE)],
                      placements=[(Shard(1),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
 register(OpShardCase(name="shape_unsqueeze_last_s0s1_dp_tp", fn=unsqueeze_last, inputs=[InputSpec((4, 6), **ARANGE)],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
 
 # ---------------------------------------------------------------- expand
-register(OpShardCase(name="shape_expand_rows_s1_grad_mesh2", fn=expand_rows, inputs=[InputSpec((1, 6), requires_grad=True)],
+register(OpShardCase(name="shape_expand_rows_s1_grad_mesh2", fn=expand_rows,
+                     inputs=[InputSpec((1, 6), requires_grad=True)],
                      placements=[(Shard(1),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD, tags=L0))
 register(OpShardCase(name="shape_expand_new_dim_r_mesh4", fn=expand_new_dim, inputs=[InputSpec((6,), **ARANGE)],
                      placements=[(Replicate(),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
-register(OpShardCase(name="shape_expand_new_dim_s0_uneven_grad_mesh4", fn=expand_new_dim, inputs=[InputSpec((6,), requires_grad=True)],
+register(OpShardCase(name="shape_expand_new_dim_s0_uneven_grad_mesh4", fn=expand_new_dim,
+                     inputs=[InputSpec((6,), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, grad_compare=GRAD, tags=L0))
 
 # ---------------------------------------------------------------- narrow / slicing / getitem
-register(OpShardCase(name="shape_narrow_sharded_dim0_grad_mesh2", fn=narrow_dim0, inputs=[InputSpec((8, 4), requires_grad=True)],
+register(OpShardCase(name="shape_narrow_sharded_dim0_grad_mesh2", fn=narrow_dim0,
+                     inputs=[InputSpec((8, 4), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD, tags=L0))
 register(OpShardCase(name="shape_narrow_unsharded_dim1_s0_mesh4", fn=narrow_dim1, inputs=[InputSpec((8, 6), **ARANGE)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
-register(OpShardCase(name="shape_narrow_sharded_dim1_uneven_mesh4", fn=narrow_dim1, inputs=[InputSpec((3, 7), **ARANGE)],
+register(OpShardCase(name="shape_narrow_sharded_dim1_uneven_mesh4", fn=narrow_dim1,
+                     inputs=[InputSpec((3, 7), **ARANGE)],
                      placements=[(Shard(1),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
 register(OpShardCase(name="shape_slice_rows_step_sharded_s0_grad_mesh2", fn=slice_rows_step,
                      inputs=[InputSpec((8, 3), requires_grad=True)], placements=[(Shard(0),)], mesh_shape=MESH2,
                      compare=EXACT, grad_compare=GRAD, tags=L0))
 register(OpShardCase(name="shape_slice_cols_s0s1_dp_tp", fn=slice_cols, inputs=[InputSpec((4, 8), **ARANGE)],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
 register(OpShardCase(name="shape_getitem_int_sharded_dim0_mesh4", fn=getitem_int, inputs=[InputSpec((8, 5), **ARANGE)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
 register(OpShardCase(name="shape_getitem_int_unsharded_s1_grad_mesh2", fn=getitem_int,
                      inputs=[InputSpec((5, 6), requires_grad=True)], placements=[(Shard(1),)], mesh_shape=MESH2,
                      compare=EXACT, grad_compare=GRAD, tags=L0))
-register(OpShardCase(name="shape_getitem_ellipsis_s0_mesh2", fn=getitem_ellipsis_last, inputs=[InputSpec((4, 3, 5), **ARANGE)],
+register(OpShardCase(name="shape_getitem_ellipsis_s0_mesh2", fn=getitem_ellipsis_last,
+                     inputs=[InputSpec((4, 3, 5), **ARANGE)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
-register(OpShardCase(name="shape_getitem_none_neg_slice_uneven_mesh4", fn=getitem_none_neg, inputs=[InputSpec((7, 3), **ARANGE)],
+register(OpShardCase(name="shape_getitem_none_neg_slice_uneven_mesh4", fn=getitem_none_neg,
+                     inputs=[InputSpec((7, 3), **ARANGE)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L1))
 
 # ---------------------------------------------------------------- split / chunk / unbind
-register(OpShardCase(name="shape_split_sharded_dim0_uneven_mesh2", fn=split_dim0_3, inputs=[InputSpec((8, 4), **ARANGE)],
+register(OpShardCase(name="shape_split_sharded_dim0_uneven_mesh2", fn=split_dim0_3,
+                     inputs=[InputSpec((8, 4), **ARANGE)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
 register(OpShardCase(name="shape_split_sizes_unsharded_s0_grad_mesh4", fn=split_sizes_dim1,
                      inputs=[InputSpec((8, 8), requires_grad=True)], placements=[(Shard(0),)], mesh_shape=MESH4,
                      compare=EXACT, grad_compare=GRAD, tags=L0))
-register(OpShardCase(name="shape_chunk_unsharded_dim1_s0s0_dp_tp", fn=chunk_dim1_4, inputs=[InputSpec((8, 8), **ARANGE)],
-                     placements=[(Shard(0), Shard(0))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+register(OpShardCase(name="shape_chunk_unsharded_dim1_s0s0_dp_tp", fn=chunk_dim1_4,
+                     inputs=[InputSpec((8, 8), **ARANGE)],
+                     placements=[(Shard(0), Shard(0))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
 register(OpShardCase(name="shape_chunk_sharded_dim0_mesh4", fn=chunk_dim0_3, inputs=[InputSpec((9, 2), **ARANGE)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
 # (unbind along the sharded dim is refused by DTensor's unbind rule: its outputs are views,
 # which cannot be redistributed; not registered.)
-register(OpShardCase(name="shape_unbind_unsharded_dim0_s1_grad_mesh2", fn=unbind_0, inputs=[InputSpec((4, 6), requires_grad=True)],
+register(OpShardCase(name="shape_unbind_unsharded_dim0_s1_grad_mesh2", fn=unbind_0,
+                     inputs=[InputSpec((4, 6), requires_grad=True)],
                      placements=[(Shard(1),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD, tags=L0))
-register(OpShardCase(name="shape_unbind_unsharded_dim1_s0s2_dp_tp", fn=unbind_1, inputs=[InputSpec((4, 3, 6), **ARANGE)],
-                     placements=[(Shard(0), Shard(2))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+register(OpShardCase(name="shape_unbind_unsharded_dim1_s0s2_dp_tp", fn=unbind_1,
+                     inputs=[InputSpec((4, 3, 6), **ARANGE)],
+                     placements=[(Shard(0), Shard(2))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
 
 # ---------------------------------------------------------------- cat / stack / vstack
 register(OpShardCase(name="shape_stack_0_s0_s0_grad_mesh2", fn=stack_0,
                      inputs=[InputSpec((8, 3), requires_grad=True), InputSpec((8, 3), requires_grad=True)],
-                     placements=[(Shard(0),), (Shard(0),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD, tags=L0))
+                     placements=[(Shard(0),), (Shard(0),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD,
+                     tags=L0))
 register(OpShardCase(name="shape_stack_last_s1_r_uneven_mesh4", fn=stack_last,
                      inputs=[InputSpec((3, 5), **ARANGE), InputSpec((3, 5))],
                      placements=[(Shard(1),), (Replicate(),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
-register(OpShardCase(name="shape_vstack_s0_s1_mesh2", fn=vstack, inputs=[InputSpec((4, 6), **ARANGE), InputSpec((2, 6))],
+register(OpShardCase(name="shape_vstack_s0_s1_mesh2", fn=vstack,
+                     inputs=[InputSpec((4, 6), **ARANGE), InputSpec((2, 6))],
                      placements=[(Shard(0),), (Shard(1),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
 register(OpShardCase(name="shape_vstack_s1_s1_grad_dp_tp", fn=vstack,
                      inputs=[InputSpec((3, 8), requires_grad=True), InputSpec((5, 8), requires_grad=True)],
                      placements=[(Replicate(), Shard(1)), (Replicate(), Shard(1))], mesh_shape=MESH_2D,
                      mesh_dim_names=DP_TP, compare=EXACT, grad_compare=GRAD, tags=L0))
-register(OpShardCase(name="shape_cat_last_sharded_uneven_mesh4", fn=cat_neg1, inputs=[InputSpec((4, 5), **ARANGE), InputSpec((4, 3))],
+register(OpShardCase(name="shape_cat_last_sharded_uneven_mesh4", fn=cat_neg1,
+                     inputs=[InputSpec((4, 5), **ARANGE), InputSpec((4, 3))],
                      placements=[(Shard(1),), (Shard(1),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
 register(OpShardCase(name="shape_stack_0_s0s1_s1s0_dp_tp", fn=stack_0,
                      inputs=[InputSpec((4, 6), **ARANGE), InputSpec((4, 6))],
@@ -377,31 +402,38 @@ register(OpShardCase(name="shape_repeat_interleave_unsharded_dim1_s0s0_dp_tp", f
                      mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
 
 # ---------------------------------------------------------------- pad / tril / triu / roll / flip
-register(OpShardCase(name="shape_pad_last_unsharded_s0_grad_mesh2", fn=pad_last, inputs=[InputSpec((8, 4), requires_grad=True)],
+register(OpShardCase(name="shape_pad_last_unsharded_s0_grad_mesh2", fn=pad_last,
+                     inputs=[InputSpec((8, 4), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD, tags=L0))
 register(OpShardCase(name="shape_pad_last_sharded_s1_mesh4", fn=pad_last, inputs=[InputSpec((3, 8), **ARANGE)],
                      placements=[(Shard(1),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
 register(OpShardCase(name="shape_pad_two_dims_s0s1_dp_tp", fn=pad_two_dims, inputs=[InputSpec((4, 6), **ARANGE)],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
 register(OpShardCase(name="shape_tril_s0_grad_mesh2", fn=tril, inputs=[InputSpec((6, 6), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD, tags=L0))
 register(OpShardCase(name="shape_triu_s1_uneven_mesh4", fn=triu_1, inputs=[InputSpec((5, 5), **ARANGE)],
                      placements=[(Shard(1),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
 register(OpShardCase(name="shape_tril_batched_s0s1_dp_tp", fn=tril, inputs=[InputSpec((2, 4, 4), **ARANGE)],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
-register(OpShardCase(name="shape_roll_sharded_dim0_grad_mesh2", fn=roll_dim0, inputs=[InputSpec((8, 3), requires_grad=True)],
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
+register(OpShardCase(name="shape_roll_sharded_dim0_grad_mesh2", fn=roll_dim0,
+                     inputs=[InputSpec((8, 3), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, grad_compare=GRAD, tags=L0))
 register(OpShardCase(name="shape_roll_unsharded_dim1_s0_mesh4", fn=roll_dim1, inputs=[InputSpec((8, 5), **ARANGE)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
 register(OpShardCase(name="shape_roll_sharded_dim1_uneven_dp_tp", fn=roll_dim1, inputs=[InputSpec((4, 5), **ARANGE)],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
 register(OpShardCase(name="shape_flip_sharded_dim0_mesh2", fn=flip_0, inputs=[InputSpec((8, 3), **ARANGE)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
 register(OpShardCase(name="shape_flip_01_uneven_grad_mesh4", fn=flip_01, inputs=[InputSpec((7, 3), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, grad_compare=GRAD, tags=L0))
 register(OpShardCase(name="shape_flip_01_s0s1_dp_tp", fn=flip_01, inputs=[InputSpec((4, 6), **ARANGE)],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
-register(OpShardCase(name="shape_transpose_contiguous_uneven_s0_mesh4", fn=contiguous_t, inputs=[InputSpec((5, 6), **ARANGE)],
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
+register(OpShardCase(name="shape_transpose_contiguous_uneven_s0_mesh4", fn=contiguous_t,
+                     inputs=[InputSpec((5, 6), **ARANGE)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L1))
 register(OpShardCase(name="shape_flip_int64_s1_mesh2", fn=flip_0,
                      inputs=[InputSpec((4, 6), init="uniform", dtype="int64", low=0, high=100)],

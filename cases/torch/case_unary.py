@@ -206,7 +206,8 @@ register(OpShardCase(name="unary_exp_uneven7_s0_grad_mesh4", fn=exp, inputs=[Inp
                      placements=[(Shard(0),)], mesh_shape=MESH4, tags=L0))
 register(OpShardCase(name="unary_log_uneven9_s1_mesh4", fn=log, inputs=[InputSpec((2, 9), **POS)],
                      placements=[(Shard(1),)], mesh_shape=MESH4, tags=L0))
-register(OpShardCase(name="unary_sqrt_uneven6_s0_grad_mesh4", fn=sqrt, inputs=[InputSpec((6, 4), requires_grad=True, **POS)],
+register(OpShardCase(name="unary_sqrt_uneven6_s0_grad_mesh4", fn=sqrt,
+                     inputs=[InputSpec((6, 4), requires_grad=True, **POS)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, tags=L0))
 register(OpShardCase(name="unary_tanh_uneven3_s0_mesh4", fn=tanh, inputs=[InputSpec((3, 8))],
                      placements=[(Shard(0),)], mesh_shape=MESH4, tags=L0))
@@ -233,7 +234,8 @@ register(OpShardCase(name="unary_tanh_s0s1_uneven_grad_dp_tp", fn=tanh, inputs=[
                      placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, tags=L1))
 register(OpShardCase(name="unary_neg_int32_s0s1_dp_tp", fn=neg,
                      inputs=[InputSpec((4, 6), init="uniform", dtype="int32", low=-100, high=100)],
-                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+                     placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
+                     tags=L0))
 register(OpShardCase(name="unary_abs_int8_uneven_s0_mesh4", fn=abs_,
                      inputs=[InputSpec((6, 3), init="uniform", dtype="int8", low=-100, high=100)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
@@ -264,13 +266,15 @@ register(OpShardCase(name="unary_gelu_partial_sum_s1_dp_tp", fn=gelu, inputs=[In
                      compare=REASSOC, tags=L1))
 
 # ---------------------------------------------------------------- scalar operands
-register(OpShardCase(name="scalar_add_py_s0_grad_mesh2", fn=add_py_scalar, inputs=[InputSpec((8, 6), requires_grad=True)],
+register(OpShardCase(name="scalar_add_py_s0_grad_mesh2", fn=add_py_scalar,
+                     inputs=[InputSpec((8, 6), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, tags=L0))
 register(OpShardCase(name="scalar_rsub_py_uneven_s1_mesh4", fn=rsub_py_scalar, inputs=[InputSpec((4, 7))],
                      placements=[(Shard(1),)], mesh_shape=MESH4, tags=L0))
 register(OpShardCase(name="scalar_div_py_s0s1_dp_tp", fn=div_py_scalar, inputs=[InputSpec((4, 6))],
                      placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, tags=L0))
-register(OpShardCase(name="scalar_pow_py_s0_grad_mesh4", fn=pow_py_scalar, inputs=[InputSpec((8, 3), requires_grad=True)],
+register(OpShardCase(name="scalar_pow_py_s0_grad_mesh4", fn=pow_py_scalar,
+                     inputs=[InputSpec((8, 3), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, tags=L0))
 # Python scalar against Partial: x * c stays Partial("sum"); x + c must not add c on every rank.
 register(OpShardCase(name="scalar_mul_py_partial_sum_mesh4", fn=mul_py_scalar, inputs=[InputSpec((4, 6))],
@@ -313,7 +317,8 @@ register(OpShardCase(name="inplace_add_scalar_s0_mesh2", fn=inplace_add_scalar, 
                      placements=[(Shard(0),)], mesh_shape=MESH2, tags=L0))
 register(OpShardCase(name="inplace_mul_scalar_partial_sum_mesh2", fn=inplace_mul_scalar, inputs=[InputSpec((8, 6))],
                      placements=[(Partial("sum"),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
-register(OpShardCase(name="inplace_relu_uneven_s0_grad_mesh4", fn=inplace_relu, inputs=[InputSpec((7, 4), requires_grad=True)],
+register(OpShardCase(name="inplace_relu_uneven_s0_grad_mesh4", fn=inplace_relu,
+                     inputs=[InputSpec((7, 4), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, tags=L0))
 register(OpShardCase(name="inplace_neg_s0s1_dp_tp", fn=inplace_neg, inputs=[InputSpec((4, 6))],
                      placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, tags=L0))

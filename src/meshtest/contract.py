@@ -152,8 +152,9 @@ class LaunchPlan:
         """:raises ContractError: another version (both named), unknown or missing fields."""
         version = doc.get("version") if isinstance(doc, dict) else None
         if version != PLAN_VERSION:
-            raise ContractError(f"{what}: launch plan version {version!r} (written by the runner), but this rank's "
-                                f"meshtest reads version {PLAN_VERSION}; run the runner and the ranks from one checkout")
+            raise ContractError(f"{what}: launch plan version {version!r} (written by the runner), but this "
+                                f"rank's meshtest reads version {PLAN_VERSION}; run the runner and the ranks from one "
+                                "checkout")
         body = _fields_of(cls, doc, what)
         try:
             cases = tuple(ScannedCase.from_json(c) for c in body["cases"])

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import meshtest
-
 from tests.helpers import case_file
 
 SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
@@ -25,7 +24,8 @@ BROKEN = {  # file stem: (body, words the report must contain)
     "syntax": (HEAD + "register(OpShardCase(name='s1',\n", ["case_syntax.py", "rule syntax"]),
     "import_error": ("import not_a_module_anywhere\n" + HEAD + _case("ie1"),
                      ["case_import_error.py", "rule import", "not_a_module_anywhere", "ie1", "step load"]),
-    "non_literal_mesh": (HEAD + "M = make()\n" + _case("nl1", mesh="M"), ["case 'nl1'", "rule static-scan", "mesh_shape="]),
+    "non_literal_mesh": (HEAD + "M = make()\n" + _case("nl1", mesh="M"),
+    ["case 'nl1'", "rule static-scan", "mesh_shape="]),
     "zero_dim": (HEAD + _case("zd1", inputs="[InputSpec((4, 0))]"), ["case 'zd1'", "rule input-shape"]),
     "negative_mesh": (HEAD + _case("nm1", mesh="(2, -2)", placements="[(Shard(0), Shard(1))]"),
                       ["case 'nm1'", "rule mesh-shape"]),
@@ -49,7 +49,7 @@ def test_each_kind_of_bad_input_is_named_and_the_good_file_still_passes(tmp_path
                            "--slot-dir", str(tmp_path / "slots")],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC_ROOT}, timeout=300)
     assert proc.returncode == 1
-    outcomes = [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()]
+    outcomes = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [o["status"] for o in outcomes if o["case"] == "good1"] == ["pass"]
     for stem, (_, words) in BROKEN.items():
         mine = [o for o in outcomes if o["file"].endswith(f"case_{stem}.py")]
@@ -69,6 +69,7 @@ def test_need_above_the_pool_and_a_filter_matching_nothing_fail_fast(tmp_path):
                           capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 2
     assert "cases/torch/case_big.py needs 8 device slot(s) but the pool has 4" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "meshtest", big, "--case", "nothing*", "--artifacts-dir", str(tmp_path / "o2")],
+    proc = subprocess.run([sys.executable, "-m", "meshtest", big, "--case", "nothing*", "--artifacts-dir",
+    str(tmp_path / "o2")],
                           capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 2 and "case filter ['nothing*'] matches no selected case" in proc.stderr

@@ -11,7 +11,6 @@ import sys
 import xml.etree.ElementTree as ET
 
 import meshtest
-
 from tests.helpers import case_file
 
 SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
@@ -49,7 +48,7 @@ def test_wrong_expectation_names_case_rank_and_step(tmp_path):
     assert "FAIL    e2e_wrong" in text
     assert "rank(s) 0,1: fail at step compare: output[0]:" in text
     assert "meshtest: 2 passed, 1 failed" in text
-    results = [json.loads(l) for l in (out_dir / "results.jsonl").read_text().splitlines()]
+    results = [json.loads(line) for line in (out_dir / "results.jsonl").read_text().splitlines()]
     assert {r["case"]: r["status"] for r in results} == {"e2e_add": "pass", "e2e_wrong": "fail", "e2e_after": "pass"}
     junit = ET.parse(out_dir / "junit.xml").getroot()
     cases = {c.get("name"): c for c in junit.iter("testcase")}
@@ -73,7 +72,8 @@ def test_case_filter_env_and_file_case_spec(tmp_path):
     assert proc.returncode == 2
     assert "['nothing_like_this*'] matches no selected case" in proc.stderr
     env.pop("MESHTEST_CASE_FILTER")
-    proc = subprocess.run([sys.executable, "-m", "meshtest", f"{path}::e2e_add", "--artifacts-dir", str(tmp_path / "o2")],
+    proc = subprocess.run([sys.executable, "-m", "meshtest", f"{path}::e2e_add", "--artifacts-dir",
+    str(tmp_path / "o2")],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 case(s) selected" in proc.stdout and "meshtest: 1 passed, 0 failed" in proc.stdout
@@ -89,7 +89,7 @@ def test_slots_reach_ranks_and_a_need_above_the_pool_fails_fast(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "device slots [0, 1, 2, 3] of 8 held" in proc.stdout
     assert "device slots [0, 1]" in (tmp_path / "o" / "ranks" / "w2-2" / "rank1.log").read_text()
-    events = [json.loads(l)["event"] for l in (slot_dir / "audit.jsonl").read_text().splitlines()]
+    events = [json.loads(line)["event"] for line in (slot_dir / "audit.jsonl").read_text().splitlines()]
     assert events == ["wait", "acquire", "launch", "release"]
     proc = subprocess.run([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(tmp_path / "o2"),
                            "--slot-dir", str(slot_dir), "--slots", "1", "--target", "cases:e2e"],
@@ -122,7 +122,8 @@ register(OpShardCase(name="grad_linear_rowwise", fn=linear,
 def scale(x, s):
     return x * s
 
-register(OpShardCase(name="grad_zero_d", fn=scale, inputs=[InputSpec((4, 4), requires_grad=True), InputSpec((), requires_grad=True)],
+register(OpShardCase(name="grad_zero_d", fn=scale,
+                     inputs=[InputSpec((4, 4), requires_grad=True), InputSpec((), requires_grad=True)],
                      placements=[(Shard(0),), (Replicate(),)], mesh_shape=(2,), tags=("cpu_level0",)))
 register(OpShardCase(name="grad_cut", fn=grad_cut_when_distributed, inputs=[InputSpec((4, 4), requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level0",)))

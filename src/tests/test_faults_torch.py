@@ -155,7 +155,8 @@ def test_teardown_abort_keeps_results_but_an_abort_before_recording_is_a_crash(t
     proc, out, results = _run(tmp_path, TEARDOWN)
     text = proc.stdout
     assert {k: v["status"] for k, v in results.items()} == {
-        "teardown_abort_after_results": "pass", "teardown_fine": "pass", "teardown_abort_before_recording": "crash"}, text
+        "teardown_abort_after_results": "pass", "teardown_fine": "pass",
+        "teardown_abort_before_recording": "crash"}, text
     assert "teardown warning: launch w2-2 ended with exit 1 after every rank recorded every case" in text
     t3 = _by_rank(results["teardown_abort_before_recording"])
     assert t3[1]["error"].startswith("the rank died (killed by SIGABRT) before recording the case")
@@ -259,7 +260,8 @@ def _start_and_wait_for_hang(tmp_path):
                             env={**os.environ, "PYTHONPATH": SRC_ROOT})
     rank1 = out / "ranks" / "w2-2" / "rank1.jsonl"
     deadline = time.time() + 120
-    while time.time() < deadline and not (rank1.exists() and '"step", "case": "fault_hang_loop", "step": "run"' in rank1.read_text()):
+    in_loop = '"step", "case": "fault_hang_loop", "step": "run"'
+    while time.time() < deadline and not (rank1.exists() and in_loop in rank1.read_text()):
         time.sleep(0.2)  # rank 1 now loops inside fault_hang_loop; rank 0 waits in a collective
     assert len(_ranks_alive(str(out))) >= 2, "the ranks should be running"
     return proc, out
@@ -282,6 +284,7 @@ def test_killing_the_runner_leaves_no_rank_and_frees_every_slot(tmp_path, sig):
     _assert_nothing_leaked(tmp_path, out, killed_holders=1 if sig == "SIGKILL" else 0)
     if sig == "SIGINT":
         assert "run interrupted (KeyboardInterrupt); results so far are kept" in stdout
-        assert [json.loads(line)["case"] for line in (out / "results.jsonl").read_text().splitlines()] == ["fault_before"]
+        recorded = [json.loads(line)["case"] for line in (out / "results.jsonl").read_text().splitlines()]
+        assert recorded == ["fault_before"]
     else:
         assert proc.returncode == -signal.SIGKILL

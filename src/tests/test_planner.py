@@ -8,7 +8,6 @@ import pytest
 from meshtest.contract import PLAN_VERSION, ContractError, LaunchPlan
 from meshtest.errors import SelectionError
 from meshtest.parent.planner import plan_groups, select_cases
-
 from tests.helpers import scanned
 
 

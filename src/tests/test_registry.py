@@ -6,15 +6,16 @@ import pytest
 from meshtest.errors import CaseDeclarationError, CaseFileError
 from meshtest.model.registry import Registry, check_against_scan, load_case_file
 from meshtest.model.scan import scan_case_file
-
 from tests.helpers import case_file
 
 GOOD = """
 def f(x):
     return x
 
-register(OpShardCase(name="a", fn=f, inputs=[InputSpec((4,))], placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level0",)))
-register(OpShardCase(name="b", fn=f, inputs=[InputSpec((4,))], placements=[(Replicate(),)], mesh_shape=(2,), tags=("cpu_level1",)))
+register(OpShardCase(name="a", fn=f, inputs=[InputSpec((4,))], placements=[(Shard(0),)], mesh_shape=(2,),
+                     tags=("cpu_level0",)))
+register(OpShardCase(name="b", fn=f, inputs=[InputSpec((4,))], placements=[(Replicate(),)], mesh_shape=(2,),
+                     tags=("cpu_level1",)))
 """
 
 
@@ -33,7 +34,8 @@ def test_import_error_keeps_the_traceback(tmp_path):
 
 
 def test_declaration_error_surfaces_with_file_and_case(tmp_path):
-    body = "register(OpShardCase(name='a', fn=print, inputs=[InputSpec((4,))], placements=[(Shard(1),)], mesh_shape=(2,)))\n"
+    body = ("register(OpShardCase(name='a', fn=print, inputs=[InputSpec((4,))], placements=[(Shard(1),)], "
+            "mesh_shape=(2,)))\n")
     path = case_file(tmp_path, "case_dim.py", body)
     with pytest.raises(CaseDeclarationError, match=r"case_dim.py: case 'a': rule shard-dim"):
         load_case_file(path, Registry())
@@ -46,7 +48,8 @@ _real = OpShardCase
 def OpShardCase(**kw):
     kw["tags"] = ("cpu_level1",)
     return _real(**kw)
-register(OpShardCase(name="c", fn=f, inputs=[InputSpec((4,))], placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level0",)))
+register(OpShardCase(name="c", fn=f, inputs=[InputSpec((4,))], placements=[(Shard(0),)], mesh_shape=(2,),
+                     tags=("cpu_level0",)))
 """
     path = case_file(tmp_path, "case_drift.py", body)
     loaded = load_case_file(path, Registry())

@@ -26,7 +26,8 @@ def test_reads_literals_and_module_constants():
 
 
 def test_non_literal_mesh_is_a_clear_error():
-    scan = scan_case_source("cases/x.py", "register(OpShardCase(name='a', mesh_shape=make_mesh(), tags=('cpu_level0',)))\n")
+    scan = scan_case_source("cases/x.py",
+    "register(OpShardCase(name='a', mesh_shape=make_mesh(), tags=('cpu_level0',)))\n")
     assert scan.cases == ()
     assert "cases/x.py: case 'a': rule static-scan: mesh_shape= must be a literal" in scan.error
     assert "make_mesh()" in scan.error
@@ -59,7 +60,8 @@ def test_rules_shared_with_registration():
 
 def test_duplicate_names_in_one_file():
     src = "register(OpShardCase(name='a', mesh_shape=(2,)))\nregister(OpShardCase(name='a', mesh_shape=(4,)))\n"
-    assert "case 'a': rule duplicate-name: declared at line 1 and again at line 2" in scan_case_source("x.py", src).error
+    assert "case 'a': rule duplicate-name: declared at line 1 and again at line 2" in scan_case_source("x.py",
+    src).error
 
 
 def test_register_needs_a_direct_constructor_call():
@@ -71,7 +73,8 @@ def test_placement_shapes_written_as_displays_are_checked_statically():
     src = ("register(OpShardCase(name='a', mesh_shape=(2, 2), inputs=[InputSpec((4, 4))],\n"
            "                     placements=[(Shard(0),)], tags=('cpu_level0',)))\n")
     err = scan_case_source("x.py", src).error
-    assert "x.py: case 'a': rule placement-arity: inputs[0] placements (Shard(0),) must have one placement per mesh dimension" in err
+    assert ("x.py: case 'a': rule placement-arity: inputs[0] placements (Shard(0),) must have one placement per mesh "
+            "dimension") in err
     src = ("register(OpShardCase(name='a', mesh_shape=(2,), inputs=[InputSpec((4,)), InputSpec((4,))],\n"
            "                     placements=[(Shard(0),)], tags=('cpu_level0',)))\n")
     assert "rule placement-count: 2 inputs but 1 placement tuple(s)" in scan_case_source("x.py", src).error

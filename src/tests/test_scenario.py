@@ -3,10 +3,10 @@ scan check, the rank-side runner (features → unsupported, assertions → fail,
 error, steps and notes), aggregation, the spec-ID table and JUnit."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from junitparser import JUnitXml
-
-from dataclasses import replace
 
 from meshtest import CaseDeclarationError, ScenarioCase
 from meshtest.contract import RankRecord
@@ -62,7 +62,7 @@ def test_scan_reads_scenario_fields():
 def test_scan_rejects_unknown_feature_naming_file_case_rule():
     scan = scan_case_source("f.py", SOURCE.replace('"comm_debug_mode"', '"tp.magic"'))
     assert scan.cases == ()
-    assert "f.py" in scan.error and "tp_A1_x" in scan.error and "rule feature" in scan.error and "tp.magic" in scan.error
+    assert all(part in scan.error for part in ("f.py", "tp_A1_x", "rule feature", "tp.magic"))
 
 
 def test_scan_rejects_non_literal_requires():

@@ -118,7 +118,7 @@ def _a2_colwise_rowwise_reject_2d_mesh(ctx):
         lin = _linear(ctx, 8, 8)
         snap = _snapshot(lin)
         _expect_raises(ctx, ValueError, ("placements", "device_mesh.ndim"),
-                       lambda: api.parallelize_module(lin, mesh, getattr(api, style_name)()))
+                       lambda lin=lin, style=style_name: api.parallelize_module(lin, mesh, getattr(api, style)()))
         _assert_unchanged(ctx, lin, snap, f"{style_name} rejected on 2-D mesh")
     ctx.step("dict plan on 2-D mesh")
     model = _seq(ctx, _linear(ctx, 8, 8))
@@ -226,7 +226,7 @@ def _a3_dict_value_not_style(ctx):
         snap = _snapshot(model)
         # torch: the matched path recurses with the value as plan and hits the else branch.
         _expect_raises(ctx, TypeError, ("ParallelStyle", type(bad).__name__),
-                       lambda: api.parallelize_module(model, ctx.mesh, {"0": bad}))
+                       lambda model=model, bad=bad: api.parallelize_module(model, ctx.mesh, {"0": bad}))
         _assert_unchanged(ctx, model, snap, f"dict value {bad!r} rejected")
 
 
@@ -341,11 +341,13 @@ def _a5_unmatched_path(ctx):
     ctx.step("plan with only an unmatched path")
     model = _seq(ctx, _linear(ctx, seed=0), _linear(ctx, seed=1))
     snap = _snapshot(model)
-    ret, caught = _record_warnings(lambda: api.parallelize_module(model, ctx.mesh, {"nope.proj": api.ColwiseParallel()}))
+    ret, caught = _record_warnings(lambda: api.parallelize_module(model, ctx.mesh,
+    {"nope.proj": api.ColwiseParallel()}))
     assert ret is model, "parallelize_module did not return the module"
     hits = [w for w in caught if issubclass(w.category, UserWarning) and "nope.proj" in str(w.message)
             and "could not be resolved" in str(w.message)]
-    assert len(hits) == 1, f"expected one UserWarning naming 'nope.proj', got {[(w.category.__name__, str(w.message)) for w in caught]}"
+    seen = [(w.category.__name__, str(w.message)) for w in caught]
+    assert len(hits) == 1, f"expected one UserWarning naming 'nope.proj', got {seen}"
     ctx.note(f"UserWarning: {str(hits[0].message)[:120]}")
     _assert_unchanged(ctx, model, snap, "unmatched plan")
     ctx.step("unmatched path next to a matched one")
@@ -507,7 +509,7 @@ def _a8_prepare_input_arity(ctx):
         api.parallelize_module(mod, ctx.mesh, api.PrepareModuleInput(input_layouts=layouts,
                                                                     desired_input_layouts=layouts))
         # torch: PrepareModuleInput._prepare_input_fn (parallel/style.py) at forward time.
-        _expect_raises(ctx, ValueError, ("inputs", "input_layouts", "same length"), lambda: mod(a, b))
+        _expect_raises(ctx, ValueError, ("inputs", "input_layouts", "same length"), lambda mod=mod: mod(a, b))
     ctx.step("matching arity runs (positive control)")
     mod = TwoInputs()
     api.parallelize_module(mod, ctx.mesh, api.PrepareModuleInput(input_layouts=(api.Replicate(), None),
@@ -536,7 +538,7 @@ def _a9_sequence_parallel_non_tensor(ctx):
     # "expecting input of <mod> to be a torch.Tensor or DTensor, but got <x>"
     for bad in ([1.0] * 8, 3):
         ctx.step(f"forward({type(bad).__name__})")
-        _expect_raises(ctx, ValueError, ("torch.Tensor or DTensor", "but got"), lambda: norm(bad))
+        _expect_raises(ctx, ValueError, ("torch.Tensor or DTensor", "but got"), lambda bad=bad: norm(bad))
 
 
 register(ScenarioCase(
@@ -620,7 +622,7 @@ def _a11_colwise_twice(ctx):
         ctx.step(f"second distribute_module ({style_name})")
         # torch: distribute_module (_api.py) checks module._distribute_module_applied first.
         _expect_raises(ctx, RuntimeError, ("distribute_module", "once"),
-                       lambda: api.parallelize_module(lin, ctx.mesh, getattr(api, style_name)()))
+                       lambda lin=lin, style=style_name: api.parallelize_module(lin, ctx.mesh, getattr(api, style)()))
     ctx.step("first sharding intact")
     assert lin.weight is weight_before, "the weight parameter was replaced by the rejected call"
     assert lin.weight.placements == (api.Shard(0),)
@@ -645,7 +647,8 @@ def _a12_none_plan(ctx):
     ret, caught = _record_warnings(lambda: api.parallelize_module(model, ctx.mesh, None))
     assert ret is model, "parallelize_module(plan=None) did not return the same module"
     hits = [w for w in caught if issubclass(w.category, UserWarning) and "parallelize_plan" in str(w.message)]
-    assert len(hits) == 1, f"expected one UserWarning about parallelize_plan, got {[(w.category.__name__, str(w.message)) for w in caught]}"
+    seen = [(w.category.__name__, str(w.message)) for w in caught]
+    assert len(hits) == 1, f"expected one UserWarning about parallelize_plan, got {seen}"
     ctx.note(f"UserWarning: {hits[0].message}")
     _assert_unchanged(ctx, model, snap, "plan=None")
     ctx.step("default plan argument")

@@ -243,7 +243,6 @@ register(ScenarioCase(
 
 def _b8_src_none_local_slices(ctx):
     api = ctx.api
-    torch = api.torch
     ctx.step("control: src_data_rank=0 communicates")
     control = _mixed_model(ctx, seed=8)
     with api.CommDebugMode() as comm:

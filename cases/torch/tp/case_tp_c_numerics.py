@@ -138,7 +138,8 @@ def _c1_colwise_linear(ctx):
     blk = _blk(32, ctx)
     assert not isinstance(y, api.DTensor), f"use_local_output=True must give a local tensor, got {type(y)}"
     ctx.assert_close(_plain(y), yr.detach()[:, blk], rtol=RTOL, atol=ATOL, label="local output vs reference columns")
-    ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(1)), yr.detach(), rtol=RTOL, atol=ATOL, label="gathered output")
+    ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(1)), yr.detach(), rtol=RTOL, atol=ATOL,
+    label="gathered output")
     ctx.step("backward")
     (y * G[:, blk]).sum().backward()
     (yr * G).sum().backward()
@@ -244,7 +245,8 @@ def _c2_grad_scale_claim(ctx):
     claim_holds_a = _allclose(torch, wa / tp, ref.weight.grad)
     ctx.note(f"A (per-rank loss): gathered/ref weight-grad ratio = factor 1; §7.6 rule (gathered / {tp}) "
              f"leaves max abs error {claim_err_a:.3g} -> claim holds: {claim_holds_a}")
-    assert not claim_holds_a, "A: gathered Rowwise weight grad / tp_size matched the reference although it already equals it"
+    assert not claim_holds_a, ("A: gathered Rowwise weight grad / tp_size matched the reference although it already "
+                               "equals it")
 
     ctx.step("B: loss summed over ranks")
     lin_b = copy.deepcopy(base)
@@ -353,7 +355,8 @@ def _c4_colwise_embedding(ctx):
     yr = ref(ids)
     blk = _blk(8, ctx)
     ctx.assert_close(_plain(y), yr.detach()[..., blk], rtol=RTOL, atol=ATOL, label="local output vs reference columns")
-    ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(2)), yr.detach(), rtol=RTOL, atol=ATOL, label="gathered output")
+    ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(2)), yr.detach(), rtol=RTOL, atol=ATOL,
+    label="gathered output")
     ctx.step("backward")
     (y * G[..., blk]).sum().backward()
     (yr * G).sum().backward()
@@ -471,7 +474,8 @@ def _c6_sp_layernorm(ctx):
     yr = ref(xr)
     assert isinstance(y, api.DTensor) and tuple(y.placements) == (api.Shard(1),), \
         f"output must stay a Shard(1) DTensor (use_local_output=False), got {type(y)} {getattr(y, 'placements', None)}"
-    ctx.assert_close(y.to_local().detach(), yr.detach()[:, blk], rtol=RTOL, atol=ATOL, label="local chunk vs reference slice")
+    ctx.assert_close(y.to_local().detach(), yr.detach()[:, blk], rtol=RTOL, atol=ATOL,
+    label="local chunk vs reference slice")
     ctx.assert_close(y.full_tensor().detach(), yr.detach(), rtol=RTOL, atol=ATOL, label="gathered output")
     ctx.step("backward")
     (y.to_local() * G[:, blk]).sum().backward()
@@ -644,8 +648,10 @@ def _c10_prepare_input_colwise(ctx):
     y = block(xt)
     xr = x.clone().requires_grad_(True)
     yr = ref(xr)
-    ctx.assert_close(_plain(y), yr.detach()[:, cols], rtol=RTOL, atol=ATOL, label="local output = reference columns, all rows")
-    ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(1)), yr.detach(), rtol=RTOL, atol=ATOL, label="gathered output")
+    ctx.assert_close(_plain(y), yr.detach()[:, cols], rtol=RTOL, atol=ATOL,
+    label="local output = reference columns, all rows")
+    ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(1)), yr.detach(), rtol=RTOL, atol=ATOL,
+    label="gathered output")
     ctx.step("backward")
     (y * G[:, cols]).sum().backward()
     (yr * G).sum().backward()
@@ -682,9 +688,11 @@ def _c11_common(ctx, seed, rowwise_kwargs, out_layout):
     y = lin(xt)
     xr = x.clone().requires_grad_(True)
     yr = ref(xr)
-    assert not isinstance(y, api.DTensor), f"PrepareModuleOutput use_local_output=True must give a local tensor, got {type(y)}"
+    assert not isinstance(y,
+    api.DTensor), f"PrepareModuleOutput use_local_output=True must give a local tensor, got {type(y)}"
     ctx.assert_close(_plain(y), yr.detach()[rows], rtol=RTOL, atol=ATOL, label="local output = reference rows")
-    ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(0)), yr.detach(), rtol=RTOL, atol=ATOL, label="gathered output")
+    ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(0)), yr.detach(), rtol=RTOL, atol=ATOL,
+    label="gathered output")
     ctx.step("backward")
     (y * G[rows]).sum().backward()
     (yr * G).sum().backward()
@@ -761,8 +769,10 @@ def _c13_check_errors(ctx, hi, lo, ref_out, dtype_name):
     lo_max, lo_mean = _errors(torch, lo, ref_out)
     ctx.note(f"{dtype_name}: error vs fp32 reference — fp32 reduce: max {hi_max:.3g} mean {hi_mean:.3g}; "
              f"plain {dtype_name} reduce: max {lo_max:.3g} mean {lo_mean:.3g}")
-    ctx.assert_close(hi.detach().float(), ref_out, rtol=LP_RTOL, atol=LP_ATOL, label="fp32-reduce output vs fp32 reference")
-    assert lo_max > 0 and lo_mean > 0, f"plain {dtype_name} reduce shows no error; the data cannot tell the reduces apart"
+    ctx.assert_close(hi.detach().float(), ref_out, rtol=LP_RTOL, atol=LP_ATOL,
+    label="fp32-reduce output vs fp32 reference")
+    assert lo_max > 0 and lo_mean > 0, (f"plain {dtype_name} reduce shows no error; the data cannot tell the reduces "
+                                        "apart")
     assert hi_max < lo_max and hi_mean < lo_mean, (
         f"fp32-reduce error (max {hi_max:.3g}, mean {hi_mean:.3g}) is not below the plain {dtype_name} reduce error "
         f"(max {lo_max:.3g}, mean {lo_mean:.3g})")
@@ -1064,8 +1074,10 @@ def _c12_prepare_io_mlp_block(ctx):
     xr = x.clone().requires_grad_(True)
     yr = ref(xr)
     assert not isinstance(y, api.DTensor), f"use_local_output=True must give a local tensor, got {type(y)}"
-    ctx.assert_close(_plain(y), yr.detach()[:, blk], rtol=RTOL, atol=ATOL, label="local output = reference sequence chunk")
-    ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(1)), yr.detach(), rtol=RTOL, atol=ATOL, label="gathered output")
+    ctx.assert_close(_plain(y), yr.detach()[:, blk], rtol=RTOL, atol=ATOL,
+    label="local output = reference sequence chunk")
+    ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(1)), yr.detach(), rtol=RTOL, atol=ATOL,
+    label="gathered output")
     ctx.step("backward")
     (y * G[:, blk]).sum().backward()
     (yr * G).sum().backward()

@@ -86,7 +86,8 @@ def _colwise_forward_none(ctx):
         (y * g.chunk(ctx.world_size, dim=1)[ctx.rank]).sum().backward()
     bwd = _counts(api, comm)
     ctx.note(f"backward collectives: {bwd}")
-    assert bwd == {"all_reduce": 1}, f"ColwiseParallel backward collectives {bwd}; expected exactly one all_reduce of the input gradient"
+    assert bwd == {"all_reduce": 1}, (f"ColwiseParallel backward collectives {bwd}; expected exactly one all_reduce "
+                                      "of the input gradient")
     (yr * g).sum().backward()
     ctx.assert_close(xd.grad, xr.grad, rtol=RTOL, atol=ATOL, label="input gradient")
 
@@ -107,7 +108,8 @@ def _rowwise_allreduce(ctx):
         y = y + 0  # consume the (async) collective result inside the counted block
     fwd = _counts(api, comm)
     ctx.note(f"forward collectives: {fwd}")
-    assert fwd == {"all_reduce": 1}, f"RowwiseParallel default (Replicate) output collectives {fwd}; expected exactly one all_reduce"
+    assert fwd == {"all_reduce": 1}, (f"RowwiseParallel default (Replicate) output collectives {fwd}; expected "
+                                      "exactly one all_reduce")
     yr = ref(x)
     ctx.assert_close(y.detach(), yr.detach(), rtol=RTOL, atol=ATOL, label="output (Replicate, every rank)")
     ctx.step("backward")
@@ -141,7 +143,8 @@ def _rowwise_sp_reduce_scatter(ctx):
     ctx.note(f"forward collectives: {fwd}")
     assert fwd == {"reduce_scatter": 1}, (
         f"RowwiseParallel(output_layouts=Shard(1)) collectives {fwd}; expected exactly one reduce_scatter_tensor")
-    assert tuple(y.shape) == (2, 4 // ctx.world_size, 6), f"local output shape {tuple(y.shape)}; expected the sequence shard"
+    assert tuple(y.shape) == (2, 4 // ctx.world_size,
+    6), f"local output shape {tuple(y.shape)}; expected the sequence shard"
     ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(1)), ref(x).detach(), rtol=RTOL, atol=ATOL,
                      label="output gathered along the sequence")
 

@@ -196,9 +196,12 @@ def _d1_glob_every_layer(ctx):
             m = getattr(mlp, proj)
             assert _placements(api, m.weight) == (S0,), f"layers.{i}.mlp.{proj}.weight {m.weight.placements}"
             assert _placements(api, m.bias) == (S0,), f"layers.{i}.mlp.{proj}.bias {m.bias.placements}"
-            assert tuple(m.weight.to_local().shape) == (INTER // tp, H), f"layers.{i}.mlp.{proj} local {m.weight.to_local().shape}"
-        assert _placements(api, mlp.down_proj.weight) == (S1,), f"layers.{i}.mlp.down_proj.weight {mlp.down_proj.weight.placements}"
-        assert _placements(api, mlp.down_proj.bias) == (R,), f"layers.{i}.mlp.down_proj.bias {mlp.down_proj.bias.placements}"
+            assert tuple(m.weight.to_local().shape) == (INTER // tp,
+            H), f"layers.{i}.mlp.{proj} local {m.weight.to_local().shape}"
+        assert _placements(api,
+        mlp.down_proj.weight) == (S1,), f"layers.{i}.mlp.down_proj.weight {mlp.down_proj.weight.placements}"
+        assert _placements(api,
+        mlp.down_proj.bias) == (R,), f"layers.{i}.mlp.down_proj.bias {mlp.down_proj.bias.placements}"
         assert tuple(mlp.down_proj.weight.to_local().shape) == (H, INTER // tp)
         for name, p in layer.gate_proj.named_parameters():
             assert not isinstance(p, api.DTensor), f"decoy layers.{i}.gate_proj.{name} was parallelized by the glob"
@@ -309,7 +312,8 @@ def _d3_qwen_block(ctx):
     y = block(xd)
     typ, pl, shape = block.self_attn.seen_input
     assert typ is api.DTensor and pl == (R,) and shape == (B, S, H), (
-        f"self_attn received {typ.__name__} {pl} {shape}; PrepareModuleInput must hand it a Replicate DTensor of the full sequence")
+        f"self_attn received {typ.__name__} {pl} {shape}; PrepareModuleInput must hand it a Replicate DTensor of the "
+        "full sequence")
     typ, pl = block.seen_attn_out
     assert typ is api.DTensor and pl == (S1,), f"o_proj returned {typ.__name__} {pl}; expected a Shard(1) DTensor"
     assert isinstance(y, api.DTensor) and tuple(y.placements) == (S1,), (
@@ -349,7 +353,8 @@ def _d4_lm_head_loss_parallel(ctx):
     ctx.step("forward")
     h_local = h.chunk(tp, dim=1)[r].clone().requires_grad_(True)  # annotated Shard(1) by input_layouts
     logits = lm_head(h_local)
-    assert isinstance(logits, api.DTensor), f"logits are {type(logits).__name__}; use_local_output=False keeps a DTensor"
+    assert isinstance(logits,
+    api.DTensor), f"logits are {type(logits).__name__}; use_local_output=False keeps a DTensor"
     assert len(logits.placements) == 1 and isinstance(logits.placements[0], api.Shard) \
         and logits.placements[0].dim % logits.ndim == logits.ndim - 1, (
             f"logits placements {logits.placements}; expected Shard(-1) (the vocabulary dim)")
@@ -367,7 +372,8 @@ def _d4_lm_head_loss_parallel(ctx):
     assert isinstance(loss, api.DTensor), f"loss_parallel cross-entropy returned {type(loss).__name__}"
     ctx.assert_close(loss.full_tensor().detach(), ref_loss.detach(), rtol=RTOL, atol=ATOL, label="cross-entropy loss")
     ctx.step("gradients")
-    ctx.assert_close(lm_head.weight.grad.full_tensor(), ref.weight.grad, rtol=RTOL, atol=ATOL, label="lm_head.weight.grad")
+    ctx.assert_close(lm_head.weight.grad.full_tensor(), ref.weight.grad, rtol=RTOL, atol=ATOL,
+    label="lm_head.weight.grad")
     ctx.assert_close(h_local.grad, hr.grad.chunk(tp, dim=1)[r], rtol=RTOL, atol=ATOL,
                      label="hidden-state gradient (this rank's sequence shard)")
 
@@ -409,7 +415,8 @@ def _d5_noparallel_norm(ctx):
     y = block(xd)
     typ, pl, shape = block.self_attn.seen_input
     assert typ is not api.DTensor and shape == (B, S, H), (
-        f"self_attn received {typ.__name__} {pl} {shape}; NoParallel use_local_output=True hands on the full local tensor")
+        f"self_attn received {typ.__name__} {pl} {shape}; NoParallel use_local_output=True hands on the full local "
+        "tensor")
     assert not isinstance(y, api.DTensor), f"block output {type(y).__name__}; expected a local (replicated) tensor"
     xr = x.clone().requires_grad_(True)
     yr = ref(xr)

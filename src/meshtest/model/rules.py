@@ -93,7 +93,8 @@ def check_flag(file: str, case: str, field: str, value: Any) -> bool:
     return value
 
 
-def placement_arity_error(file: str, case: str, where: str, written: str, mesh_shape: Tuple[int, ...]) -> CaseDeclarationError:
+def placement_arity_error(file: str, case: str, where: str, written: str,
+mesh_shape: Tuple[int, ...]) -> CaseDeclarationError:
     """Rule ``placement-arity`` (shared with the static scan, which sees placements as text)."""
     return CaseDeclarationError(
         file, case, "placement-arity",
@@ -102,7 +103,8 @@ def placement_arity_error(file: str, case: str, where: str, written: str, mesh_s
     )
 
 
-def placement_count_error(file: str, case: str, n_inputs: int, n_placements: object, what: str = "inputs") -> CaseDeclarationError:
+def placement_count_error(file: str, case: str, n_inputs: int, n_placements: object,
+what: str = "inputs") -> CaseDeclarationError:
     """Rule ``placement-count`` (shared with the static scan)."""
     return CaseDeclarationError(
         file, case, "placement-count",
@@ -188,7 +190,8 @@ def check_requires(file: str, case: str, requires: Any) -> Tuple[str, ...]:
     for f in requires:
         if not isinstance(f, str) or not _FEATURE_RE.match(f) or f not in FEATURES:
             raise CaseDeclarationError(
-                file, case, "feature", f"unknown platform feature {f!r}; known features are {', '.join(sorted(FEATURES))}"
+                file, case, "feature",
+                f"unknown platform feature {f!r}; known features are {', '.join(sorted(FEATURES))}"
             )
     return tuple(requires)
 
@@ -199,7 +202,8 @@ def check_spec_id(file: str, case: str, spec_id: Any) -> Optional[str]:
         return None
     if not isinstance(spec_id, str) or not _SPEC_ID_RE.match(spec_id):
         raise CaseDeclarationError(
-            file, case, "spec-id", f"spec_id must be a short ID of letters, digits and _.- such as 'A6'; got {spec_id!r}"
+            file, case, "spec-id",
+            f"spec_id must be a short ID of letters, digits and _.- such as 'A6'; got {spec_id!r}"
         )
     return spec_id
 

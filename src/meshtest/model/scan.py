@@ -186,7 +186,8 @@ def scan_case_source(path: str, source: str) -> FileScan:
     for c in cases:
         if c.name in seen:
             errors.append(
-                f"{path}: case {c.name!r}: rule duplicate-name: declared at line {seen[c.name]} and again at line {c.lineno}"
+                f"{path}: case {c.name!r}: rule duplicate-name: declared at line {seen[c.name]} and again at line "
+                f"{c.lineno}"
             )
         seen.setdefault(c.name, c.lineno)
     if errors:
@@ -312,7 +313,8 @@ def _input_shapes(path: str, name: str, node: Optional[ast.AST], literals: Dict[
     shapes = []
     for i, elt in enumerate(node.elts):
         if not (isinstance(elt, ast.Call) and _callee_name(elt.func) == "InputSpec"):
-            raise CaseDeclarationError(path, name, "static-scan", f"register_sweep inputs[{i}] must be an InputSpec(...) call")
+            raise CaseDeclarationError(path, name, "static-scan",
+            f"register_sweep inputs[{i}] must be an InputSpec(...) call")
         shape_node = elt.args[0] if elt.args else next((k.value for k in elt.keywords if k.arg == "shape"), None)
         if shape_node is None:
             raise CaseDeclarationError(path, name, "static-scan", f"register_sweep inputs[{i}] needs a shape")

@@ -283,7 +283,8 @@ class OpShardCase(_Case):
         derived = []
         for i, d in enumerate(self.derived_inputs):
             if not isinstance(d, DerivedSpec) or not callable(d.fn):
-                raise CaseDeclarationError(file, name, "derived", f"derived_inputs[{i}] must be a DerivedSpec with a callable fn")
+                raise CaseDeclarationError(file, name, "derived",
+                f"derived_inputs[{i}] must be a DerivedSpec with a callable fn")
             (p,) = rules.check_placements(
                 file, name, mesh_shape, [(1,) * d.ndim], [d.placements], what=f"derived_inputs[{i}]"
             )
@@ -300,11 +301,13 @@ class OpShardCase(_Case):
                 isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in outs
             ):
                 raise CaseDeclarationError(
-                    file, name, "compare-outputs", f"compare_outputs must be a non-empty tuple of indices >= 0; got {outs!r}"
+                    file, name, "compare-outputs",
+                    f"compare_outputs must be a non-empty tuple of indices >= 0; got {outs!r}"
                 )
             outs = tuple(outs)
         _check_timeout(file, name, self.timeout_s)
-        if self.known_failure is not None and (not isinstance(self.known_failure, str) or not self.known_failure.strip()):
+        if self.known_failure is not None and (not isinstance(self.known_failure,
+        str) or not self.known_failure.strip()):
             raise CaseDeclarationError(file, name, "known-failure", "known_failure must be a non-empty reason string")
         return dataclasses.replace(
             self,
@@ -397,5 +400,7 @@ class ScenarioCase(_Case):
 
 def _check_timeout(file: str, name: str, timeout_s: Any) -> None:
     """Rule ``timeout``: ``None`` or a number of seconds > 0."""
-    if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0):
-        raise CaseDeclarationError(file, name, "timeout", f"timeout_s must be a number of seconds > 0; got {timeout_s!r}")
+    if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s,
+    (int, float)) or timeout_s <= 0):
+        raise CaseDeclarationError(file, name, "timeout",
+        f"timeout_s must be a number of seconds > 0; got {timeout_s!r}")

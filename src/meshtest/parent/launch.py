@@ -19,8 +19,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..contract import (DUMP_GRACE_S, FENCE_SLACK_S, LAUNCH_OVERHEAD_S, CaseStarted, FenceEntered, LaunchPlan,
-                        RankDone, RankRecord, StepEntered, Stopped, event_from_json)
+from ..contract import (
+    DUMP_GRACE_S,
+    FENCE_SLACK_S,
+    LAUNCH_OVERHEAD_S,
+    CaseStarted,
+    FenceEntered,
+    LaunchPlan,
+    RankDone,
+    RankRecord,
+    StepEntered,
+    Stopped,
+    event_from_json,
+)
 from ..platforms.backend import backend_info
 from ..proctree import die_with_parent
 from .planner import Group

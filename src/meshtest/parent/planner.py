@@ -16,6 +16,7 @@ from ..errors import SelectionError
 from ..model import rules
 from ..model.scan import ScannedCase
 
+
 def normalised_dim_names(ndim: int) -> Tuple[str, ...]:
     """Axis names given to a mesh whose cases use names only as labels: ``("d0", "d1", ...)``."""
     return tuple(f"d{i}" for i in range(ndim))

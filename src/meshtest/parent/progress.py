@@ -94,6 +94,7 @@ def format_board(entries: List[dict], now: Optional[float] = None) -> List[str]:
     for e in entries:
         state = "finished" if e["finished"] else ("running" if _alive(e["pid"]) else "gone")
         rows.append((state != "running", e["target"], f"{state:8} {e['done']:4d}/{e['total']:<4d} {e['target']}"
-                     + (f"  launch {e['group']}" if e["group"] else "") + (f"  running {e['current']}" if e["current"] else "")
+                     + (f"  launch {e['group']}" if e["group"] else "")
+                     + (f"  running {e['current']}" if e["current"] else "")
                      + f"  ({now - e['started']:.0f}s since start)"))
     return [r[2] for r in sorted(rows)] or ["no meshtest run has written progress here"]

@@ -137,7 +137,8 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
             continue
         header = ""
         notes.append(f"launch {os.path.basename(sub_dir)}: {group.world_size} ranks, {len(remaining)} case(s), "
-                     f"{res.wall_s:.1f}s, {describe_exit(res.rc)}" + (", killed at a deadline" if res.timed_out else ""))
+                     f"{res.wall_s:.1f}s, {describe_exit(res.rc)}"
+                     + (", killed at a deadline" if res.timed_out else ""))
         found.extend(_decided_outcomes(decision, group, res, remaining))
         notes.extend(decision.notes)
         by_name = {c.name: c for c in remaining}
@@ -232,7 +233,8 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             reporter.emit(lines, stream, summary)
 
         try:
-            emit([f"meshtest: {len(selected)} case(s) selected from {len(files)} file(s) in {len(groups)} launch group(s)"])
+            emit([f"meshtest: {len(selected)} case(s) selected from {len(files)} file(s) in {len(groups)} launch "
+                  "group(s)"])
             emit(scan_notes)
             emit([reporter.format_outcome(o) for o in scan_errors])
             if groups:
@@ -282,7 +284,8 @@ def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, res
             reason = f"not run: fail-fast gate stopped after {failed[0].case} ({failed[0].file}) failed"
             skipped = [o for g in groups[gi:] for o in outcomes.not_run(g.cases, g, reason)]
             result.outcomes.extend(skipped)
-            result.notes.append(f"fail-fast: {len(skipped)} case(s) in {len(groups) - gi} later launch group(s) not run")
+            result.notes.append(f"fail-fast: {len(skipped)} case(s) in {len(groups) - gi} later launch group(s) "
+                                "not run")
             emit([reporter.format_outcome(o) for o in skipped])
             return
         emit([f"-- launch {group.group_id}: mesh {group.mesh_shape} {group.mesh_dim_names}, "

@@ -19,8 +19,8 @@ from torch.distributed.tensor import Partial as TPartial
 from torch.distributed.tensor import Replicate as TReplicate
 from torch.distributed.tensor import Shard as TShard
 
-from .backend import ShardBackend
 from ..model.placement import Partial, Placement, Replicate, Shard
+from .backend import ShardBackend
 
 _DTYPES = {
     "float16": torch.float16,
@@ -172,7 +172,8 @@ class TorchGlooBackend(ShardBackend):
         api.update(torch=torch, nn=torch.nn, F=torch.nn.functional, dist=dist, DTensor=dt.DTensor,
                    Shard=dt.Shard, Replicate=dt.Replicate, Partial=dt.Partial,
                    distribute_tensor=dt.distribute_tensor, init_device_mesh=init_device_mesh,
-                   CommDebugMode=CommDebugMode, fully_shard=fully_shard, funcol=torch.distributed._functional_collectives,
+                   CommDebugMode=CommDebugMode, fully_shard=fully_shard,
+                   funcol=torch.distributed._functional_collectives,
                    # the keys of CommDebugMode.get_comm_counts(): comm_ops.all_reduce, .reduce_scatter_tensor, ...
                    comm_ops=torch.ops.c10d_functional)
         return types.SimpleNamespace(**api)

@@ -12,8 +12,8 @@ rest. At the deadline each rank dumps its Python stacks into its log (faulthandl
 from __future__ import annotations
 
 import argparse
-import json
 import faulthandler
+import json
 import logging
 import math
 import os
@@ -22,8 +22,20 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..contract import (FENCE_MARGIN_S, GAVE_UP_EXIT, HEALTH_PROBE_FRACTION, CaseStarted, FenceEntered, LaunchPlan,
-                        RankDone, RankEvent, RankRecord, StepEntered, Stopped, event_to_json)
+from ..contract import (
+    FENCE_MARGIN_S,
+    GAVE_UP_EXIT,
+    HEALTH_PROBE_FRACTION,
+    CaseStarted,
+    FenceEntered,
+    LaunchPlan,
+    RankDone,
+    RankEvent,
+    RankRecord,
+    StepEntered,
+    Stopped,
+    event_to_json,
+)
 from ..errors import CaseFileError, MeshtestError
 from ..model.registry import Registry, check_against_scan, load_case_file
 from ..model.scan import ScannedCase, scan_case_file

@@ -150,7 +150,8 @@ def _select(outs: Tuple[Any, ...], case: OpShardCase) -> List[Tuple[int, Any]]:
     bad = [i for i in idx if i >= len(outs)]
     if bad:
         raise IndexError(
-            f"case {case.name!r}: compare_outputs {case.compare_outputs} out of range: fn returned {len(outs)} output(s)"
+            f"case {case.name!r}: compare_outputs {case.compare_outputs} out of range: fn returned {len(outs)} "
+            "output(s)"
         )
     return [(i, outs[i]) for i in idx]
 

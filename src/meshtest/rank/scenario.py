@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional
 
-from .compare import compare_arrays
 from ..model.spec import CompareSpec
+from .compare import compare_arrays
 
 
 class ScenarioContext:
@@ -25,7 +25,8 @@ class ScenarioContext:
     :ivar case: the case name (for messages).
     """
 
-    def __init__(self, *, case: str, mesh: Any, backend: Any, api: Any, on_step: Optional[Callable[[str], None]] = None):
+    def __init__(self, *, case: str, mesh: Any, backend: Any, api: Any,
+    on_step: Optional[Callable[[str], None]] = None):
         self.case = case
         self.mesh = mesh
         self.backend = backend

@@ -22,7 +22,8 @@ _TEMPLATE = """<!doctype html>
 body{font-family:sans-serif;margin:1.5em} table{border-collapse:collapse;margin-bottom:1.5em}
 td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;font-size:13px}
 .pass,.xfail{background:#d9f2d9} .fail,.error,.crash,.timeout,.missing,.xpass{background:#f8d0d0}
-.not_run{background:#eee} .unsupported{background:#fff3c4} .waited{background:#fde2c8} pre{margin:2px 0;white-space:pre-wrap;max-width:70em;font-size:12px}
+.not_run{background:#eee} .unsupported{background:#fff3c4} .waited{background:#fde2c8}
+pre{margin:2px 0;white-space:pre-wrap;max-width:70em;font-size:12px}
 </style></head><body>
 <h1>meshtest report</h1>
 <p id="totals">{% for status, n in totals %}<span class="{{ status }}">{{ status }}: {{ n }}</span> {% endfor %}</p>
@@ -39,7 +40,8 @@ td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;font-size:13px}
 {% if row.divergence %}<br><small class="divergence">divergence from spec: {{ row.divergence }}</small>{% endif %}
 {% if row.detail %}<pre class="detail">{{ row.detail }}</pre>{% endif %}</td>
 <td>{{ row.world_size }}</td><td>{{ row.launch }}</td><td>{{ "%.3f"|format(row.slowest_s) }}</td>
-{% for cell in row.cells %}<td class="rank {{ cell.status }}">{{ cell.status }}{% if cell.step %} @ {{ cell.step }}{% endif %}
+{% for cell in row.cells %}<td class="rank {{ cell.status }}">{{ cell.status }}
+{%- if cell.step %} @ {{ cell.step }}{% endif %}
 {% if cell.log %}<br><a href="{{ cell.log }}">log</a> <a href="{{ cell.jsonl }}">jsonl</a>{% endif %}
 {% if cell.error %}<pre>{{ cell.error }}</pre>{% endif %}</td>{% endfor %}</tr>
 {% endfor %}</table>
@@ -88,7 +90,8 @@ def write_html_report(path: str, outcomes: Sequence[CaseOutcome], notes: Sequenc
     for o in outcomes:
         files.setdefault(o.file, []).append(_row(o, max_ranks))
     html = Environment(autoescape=True).from_string(_TEMPLATE).render(
-        totals=sorted((s.value, n) for s, n in counts(outcomes).items()), notes=notes, files=sorted(files.items()), max_ranks=max_ranks,
+        totals=sorted((s.value, n) for s, n in counts(outcomes).items()), notes=notes, files=sorted(files.items()),
+        max_ranks=max_ranks,
         spec_lines=spec_table(outcomes))
     with open(path, "w", encoding="utf-8") as f:
         f.write(html)

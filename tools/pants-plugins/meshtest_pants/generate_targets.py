@@ -11,20 +11,6 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from meshtest.parent.planner import plan_groups
-from meshtest.model.rules import GATE_TAGS
-from meshtest.model.scan import scan_case_source
-
-from meshtest_pants.subsystem import MeshtestSubsystem
-from meshtest_pants.target_types import (
-    MeshtestCaseFileTarget,
-    MeshtestCasesGeneratorTarget,
-    MeshtestCasesSourcesField,
-    MeshtestCaseSourceField,
-    MeshtestDeviceNeedField,
-    MeshtestLaunchGroupsField,
-    MeshtestParseErrorField,
-)
 from pants.engine.fs import DigestContents, PathGlobs
 from pants.engine.rules import Get, collect_rules, rule
 from pants.engine.target import (
@@ -37,6 +23,20 @@ from pants.engine.target import (
 )
 from pants.engine.unions import UnionMembership, UnionRule
 from pants.util.logging import LogLevel
+
+from meshtest.model.rules import GATE_TAGS
+from meshtest.model.scan import scan_case_source
+from meshtest.parent.planner import plan_groups
+from meshtest_pants.subsystem import MeshtestSubsystem
+from meshtest_pants.target_types import (
+    MeshtestCaseFileTarget,
+    MeshtestCasesGeneratorTarget,
+    MeshtestCaseSourceField,
+    MeshtestCasesSourcesField,
+    MeshtestDeviceNeedField,
+    MeshtestLaunchGroupsField,
+    MeshtestParseErrorField,
+)
 
 
 class GenerateMeshtestCaseTargetsRequest(GenerateTargetsRequest):

@@ -4,6 +4,43 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pants.backend.python.target_types import PythonResolveField
+from pants.backend.python.util_rules.interpreter_constraints import InterpreterConstraints
+from pants.backend.python.util_rules.pex import Pex, PexRequest, VenvPex, VenvPexProcess
+from pants.backend.python.util_rules.pex_from_targets import (
+    InterpreterConstraintsRequest,
+    RequirementsPexRequest,
+)
+from pants.backend.python.util_rules.python_sources import (
+    PythonSourceFiles,
+    PythonSourceFilesRequest,
+)
+from pants.core.goals.test import (
+    TestExtraEnv,
+    TestFieldSet,
+    TestRequest,
+    TestResult,
+    TestSubsystem,
+)
+from pants.core.util_rules.partitions import Partition, PartitionerType, Partitions
+from pants.core.util_rules.source_files import SourceFiles, SourceFilesRequest
+from pants.core.util_rules.system_binaries import BashBinary
+from pants.engine.fs import (
+    CreateDigest,
+    Digest,
+    DigestSubset,
+    Directory,
+    MergeDigests,
+    PathGlobs,
+    RemovePrefix,
+    Snapshot,
+)
+from pants.engine.process import FallibleProcessResult, Process, ProcessCacheScope
+from pants.engine.rules import Get, MultiGet, collect_rules, rule
+from pants.engine.target import TransitiveTargets, TransitiveTargetsRequest
+from pants.option.global_options import GlobalOptions
+from pants.util.logging import LogLevel
+
 from meshtest_pants.runner_command import (
     ARTIFACTS_DIR,
     SANDBOX_HOME,
@@ -22,42 +59,6 @@ from meshtest_pants.target_types import (
     MeshtestPlatformField,
     MeshtestTimeoutField,
 )
-from pants.backend.python.target_types import PythonResolveField
-from pants.core.util_rules.partitions import Partition, PartitionerType, Partitions
-from pants.backend.python.util_rules.interpreter_constraints import InterpreterConstraints
-from pants.backend.python.util_rules.pex import Pex, PexRequest, VenvPex, VenvPexProcess
-from pants.backend.python.util_rules.pex_from_targets import (
-    InterpreterConstraintsRequest,
-    RequirementsPexRequest,
-)
-from pants.backend.python.util_rules.python_sources import (
-    PythonSourceFiles,
-    PythonSourceFilesRequest,
-)
-from pants.core.goals.test import (
-    TestExtraEnv,
-    TestFieldSet,
-    TestRequest,
-    TestResult,
-    TestSubsystem,
-)
-from pants.core.util_rules.source_files import SourceFiles, SourceFilesRequest
-from pants.core.util_rules.system_binaries import BashBinary
-from pants.engine.fs import (
-    CreateDigest,
-    Digest,
-    DigestSubset,
-    Directory,
-    MergeDigests,
-    PathGlobs,
-    RemovePrefix,
-    Snapshot,
-)
-from pants.engine.process import FallibleProcessResult, Process, ProcessCacheScope
-from pants.engine.rules import Get, MultiGet, collect_rules, rule
-from pants.engine.target import TransitiveTargets, TransitiveTargetsRequest
-from pants.option.global_options import GlobalOptions
-from pants.util.logging import LogLevel
 
 
 @dataclass(frozen=True)
