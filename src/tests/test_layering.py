@@ -1,0 +1,82 @@
+"""The layout's import rules (docs/architecture.md), read from every module's syntax tree: the
+model imports no side, the two sides do not import each other, reports import no side, and the
+port imports no adapter."""
+from __future__ import annotations
+
+import ast
+import os
+from typing import Dict, Set
+
+import meshtest
+
+PKG = os.path.dirname(os.path.abspath(meshtest.__file__))
+
+#: subpackage (or top-level module) → meshtest parts it must not import
+FORBIDDEN = {
+    "model": {"parent", "rank", "report", "platforms", "contract", "cli"},
+    "contract": {"parent", "rank", "report", "platforms", "cli"},
+    "status": {"model", "parent", "rank", "report", "platforms", "contract", "cli"},
+    "rank": {"parent", "report", "cli"},
+    "parent": {"rank", "cli"},
+    "report": {"parent", "rank", "platforms", "cli"},
+    "platforms": {"parent", "rank", "report", "cli"},
+}
+
+
+def _part(module: str) -> str:
+    """``meshtest.parent.launch`` → ``parent``; ``meshtest.status`` → ``status``."""
+    return module.split(".")[1] if module.count(".") >= 1 else ""
+
+
+def _imports(pkg: str = PKG) -> Dict[str, Set[str]]:
+    """meshtest module → the meshtest modules it imports (relative imports resolved)."""
+    found: Dict[str, Set[str]] = {}
+    for d, _, names in os.walk(pkg):
+        for name in names:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(d, name)
+            rel = os.path.relpath(path, os.path.dirname(pkg))[:-3].replace(os.sep, ".")
+            module = rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
+            package = module if name == "__init__.py" else module.rsplit(".", 1)[0]
+            targets = set()
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), filename=path)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom):
+                    if node.level:
+                        base = package.split(".")
+                        base = base[: len(base) - (node.level - 1)]
+                        mod = ".".join(base + ([node.module] if node.module else []))
+                    else:
+                        mod = node.module or ""
+                    targets.update(f"{mod}.{a.name}" if not node.module and node.level else mod for a in node.names)
+                elif isinstance(node, ast.Import):
+                    targets.update(a.name for a in node.names)
+            found[module] = {t for t in targets if t.startswith("meshtest.")}
+    return found
+
+
+def _broken(imports: Dict[str, Set[str]]) -> list:
+    return sorted(f"{mod} imports {target}" for mod, targets in imports.items() for target in targets
+                  if _part(target) in FORBIDDEN.get(_part(mod), ()))
+
+
+def test_import_rules_of_the_layout():
+    imports = _imports()
+    assert "meshtest.parent.runner" in imports and "meshtest.rank.entry" in imports
+    assert "meshtest.rank.pipeline" in imports["meshtest.rank.entry"]  # `from . import pipeline` resolved
+    assert not _broken(imports), _broken(imports)
+
+
+def test_the_port_imports_no_adapter():
+    assert not {t for t in _imports()["meshtest.platforms.backend"] if t.startswith("meshtest.platforms.")}
+
+
+def test_the_rule_checker_sees_a_violation(tmp_path):
+    pkg = tmp_path / "meshtest"
+    (pkg / "model").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "model" / "__init__.py").write_text("")
+    (pkg / "model" / "spec.py").write_text("from ..parent import launch\nfrom . import rules\n")
+    assert _broken(_imports(str(pkg))) == ["meshtest.model.spec imports meshtest.parent"]
