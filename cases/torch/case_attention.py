@@ -108,7 +108,7 @@ register(OpShardCase(
     inputs=[InputSpec(QKV), InputSpec(QKV), InputSpec(QKV)],
     placements=[(Shard(0), Shard(1)), (Shard(0), Shard(1)), (Shard(0), Shard(1))],
     derived_inputs=[DerivedSpec(fn=global_max_of_scores, placements=(Replicate(), Replicate()), ndim=0,
-    name="global_max")],
+                                name="global_max")],
     mesh_shape=MESH_2D,
     mesh_dim_names=DP_TP,
     compare=REORDERED_SUM,

@@ -49,11 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run cases (the default command)")
     r.add_argument("specs", nargs="+", metavar="FILE[::CASE]", help="case files, optionally ::case_name")
     r.add_argument("--case", action="append", default=[], metavar="PATTERN",
-    help="fnmatch pattern on case names (repeatable)")
+                   help="fnmatch pattern on case names (repeatable)")
     r.add_argument("--tag", "--gate", action="append", default=[], dest="tags", metavar="TAG",
                    help="a Pants --tag clause, e.g. cpu_level0, mesh:2,mesh:4 (ORed) or -mesh:8; clauses are ANDed")
     r.add_argument("--artifacts-dir", default=None,
-    help="where rank logs and results go (default: dist/meshtest/run-<time>)")
+                   help="where rank logs and results go (default: dist/meshtest/run-<time>)")
     r.add_argument("--platform", default="torch")
     r.add_argument("--device-kind", default="cpu", choices=("cpu", "npu"))
     r.add_argument("--case-timeout", type=float, default=DEFAULT_CASE_TIMEOUT_S, metavar="SECONDS",
@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--slots", type=int, default=int(os.environ.get("MESHTEST_SLOTS", DEFAULT_SLOTS)),
                    help="size of the device-slot pool shared by concurrent runs (default $MESHTEST_SLOTS or 8)")
     r.add_argument("--slot-dir", default="",
-    help="the pool's lock directory (default $MESHTEST_SLOT_DIR or ~/.cache/meshtest/slots)")
+                   help="the pool's lock directory (default $MESHTEST_SLOT_DIR or ~/.cache/meshtest/slots)")
     r.add_argument("--device-need", type=int, default=None, metavar="N",
                    help="slots to hold for the whole run (a build target's resource tag); default: the largest launch")
     r.add_argument("--fail-fast", action=argparse.BooleanOptionalAction, default=None,
@@ -71,14 +71,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("files", nargs="+")
     c = sub.add_parser("count", help="count registered cases by family (file), mesh and gate")
     c.add_argument("files", nargs="+")
-    p = sub.add_parser("progress",
-    help="show live progress of meshtest runs sharing a slot pool (e.g. every target of ./pants test)")
+    p = sub.add_parser("progress", help="show live progress of meshtest runs sharing a slot pool "
+                                        "(e.g. every target of ./pants test)")
     p.add_argument("--slot-dir", default="",
-    help="the pool directory (default $MESHTEST_SLOT_DIR or ~/.cache/meshtest/slots; "
-                                                  "under Pants: ~/.cache/pants/named_caches/meshtest_slots)")
+                   help="the pool directory (default $MESHTEST_SLOT_DIR or ~/.cache/meshtest/slots; "
+                        "under Pants: ~/.cache/pants/named_caches/meshtest_slots)")
     p.add_argument("--watch", type=float, default=0.0, metavar="SECONDS", help="repeat every SECONDS until interrupted")
-    i = sub.add_parser("ids",
-    help="check that every ID of a test-plan manifest has cases (spec_id=) and no case names an unknown ID")
+    i = sub.add_parser("ids", help="check that every ID of a test-plan manifest has cases (spec_id=) and no case "
+                                   "names an unknown ID")
     i.add_argument("manifest", help="file with one 'ID<TAB>feature' line per test-plan item")
     i.add_argument("files", nargs="+")
     return ap
@@ -145,8 +145,8 @@ def _cmd_count(files: Sequence[str]) -> int:
         for c in scan.cases:
             total += 1
             families[_family(path)] += 1
-            meshes["x".join(map(str,
-            c.mesh_shape)) + (f" {','.join(c.mesh_dim_names)}" if c.mesh_dim_names else "")] += 1
+            names = f" {','.join(c.mesh_dim_names)}" if c.mesh_dim_names else ""
+            meshes["x".join(map(str, c.mesh_shape)) + names] += 1
             gates.update(c.tags or ("(no gate)",))
     for title, counter in (("family", families), ("mesh", meshes), ("gate", gates)):
         print(f"by {title}:")

@@ -25,7 +25,7 @@ BROKEN = {  # file stem: (body, words the report must contain)
     "import_error": ("import not_a_module_anywhere\n" + HEAD + _case("ie1"),
                      ["case_import_error.py", "rule import", "not_a_module_anywhere", "ie1", "step load"]),
     "non_literal_mesh": (HEAD + "M = make()\n" + _case("nl1", mesh="M"),
-    ["case 'nl1'", "rule static-scan", "mesh_shape="]),
+                         ["case 'nl1'", "rule static-scan", "mesh_shape="]),
     "zero_dim": (HEAD + _case("zd1", inputs="[InputSpec((4, 0))]"), ["case 'zd1'", "rule input-shape"]),
     "negative_mesh": (HEAD + _case("nm1", mesh="(2, -2)", placements="[(Shard(0), Shard(1))]"),
                       ["case 'nm1'", "rule mesh-shape"]),
@@ -70,6 +70,6 @@ def test_need_above_the_pool_and_a_filter_matching_nothing_fail_fast(tmp_path):
     assert proc.returncode == 2
     assert "cases/torch/case_big.py needs 8 device slot(s) but the pool has 4" in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "meshtest", big, "--case", "nothing*", "--artifacts-dir",
-    str(tmp_path / "o2")],
+                           str(tmp_path / "o2")],
                           capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 2 and "case filter ['nothing*'] matches no selected case" in proc.stderr

@@ -82,7 +82,7 @@ def test_launch_plan_round_trip_and_version_mismatch_names_both(tmp_path):
 def test_case_outcome_round_trip_with_failures_and_no_rank():
     o = CaseOutcome("c", "f.py", "w2-2", 2, Status.TIMEOUT, 1.5, 0,
                     (RankFailure(0, Status.TIMEOUT, "all_reduce", "stuck"),
-                    RankFailure(1, Status.WAITED, "fence", "w")),
+                     RankFailure(1, Status.WAITED, "fence", "w")),
                     launch_dir="w2-2", spec_id="A6")
     assert CaseOutcome.from_json(json.loads(json.dumps(o.to_json()))) == o
     none = RankFailure(None, Status.NOT_RUN, "-", "fail-fast")

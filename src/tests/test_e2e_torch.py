@@ -73,7 +73,7 @@ def test_case_filter_env_and_file_case_spec(tmp_path):
     assert "['nothing_like_this*'] matches no selected case" in proc.stderr
     env.pop("MESHTEST_CASE_FILTER")
     proc = subprocess.run([sys.executable, "-m", "meshtest", f"{path}::e2e_add", "--artifacts-dir",
-    str(tmp_path / "o2")],
+                           str(tmp_path / "o2")],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 case(s) selected" in proc.stdout and "meshtest: 1 passed, 0 failed" in proc.stdout

@@ -29,7 +29,7 @@ def _run(tmp_path, *args, installed=True):
         _install_entry_point(site)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC_ROOT, EXAMPLE, str(site)])}
     return subprocess.run([sys.executable, "-m", "meshtest", *args], capture_output=True, text=True, env=env,
-    timeout=300)
+                          timeout=300)
 
 
 def test_an_installed_platform_runs_op_and_scenario_cases(tmp_path):

@@ -25,7 +25,7 @@ def test_board_lines_entries_and_table(tmp_path):
     ]
     (entry,) = read_board(str(tmp_path))
     assert (entry["done"], entry["total"], entry["current"], entry["finished"], entry["pid"]) == (3, 10, "sort_d",
-    False, os.getpid())
+                                                                                                  False, os.getpid())
     assert format_board([entry], now=now[0]) == [
         "running     3/10   cases/torch:case_sort.py  launch w2-2  running sort_d  (16s since start)"]
     board.finish(10)

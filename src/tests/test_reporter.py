@@ -45,7 +45,7 @@ def test_known_failure_outcomes():
 
 def test_summary_closing_line_counts():
     outs = [aggregate(n, "f", "g", 1, {0: rec(0, s)}, "") for n,
-    s in [("a", "pass"), ("b", "fail"), ("c", "xfail"), ("d", "xpass")]]
+            s in [("a", "pass"), ("b", "fail"), ("c", "xfail"), ("d", "xpass")]]
     lines = summary_lines(outs, ["launch g: ..."])
     assert lines[0] == "launch g: ..."
     assert lines[-1] == "meshtest: 2 passed, 2 failed"

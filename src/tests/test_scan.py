@@ -27,7 +27,7 @@ def test_reads_literals_and_module_constants():
 
 def test_non_literal_mesh_is_a_clear_error():
     scan = scan_case_source("cases/x.py",
-    "register(OpShardCase(name='a', mesh_shape=make_mesh(), tags=('cpu_level0',)))\n")
+                            "register(OpShardCase(name='a', mesh_shape=make_mesh(), tags=('cpu_level0',)))\n")
     assert scan.cases == ()
     assert "cases/x.py: case 'a': rule static-scan: mesh_shape= must be a literal" in scan.error
     assert "make_mesh()" in scan.error
@@ -61,7 +61,7 @@ def test_rules_shared_with_registration():
 def test_duplicate_names_in_one_file():
     src = "register(OpShardCase(name='a', mesh_shape=(2,)))\nregister(OpShardCase(name='a', mesh_shape=(4,)))\n"
     assert "case 'a': rule duplicate-name: declared at line 1 and again at line 2" in scan_case_source("x.py",
-    src).error
+                                                                                                       src).error
 
 
 def test_register_needs_a_direct_constructor_call():

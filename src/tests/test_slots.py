@@ -94,7 +94,7 @@ def test_killed_holder_frees_its_slots_at_once(tmp_path):
 
 def test_request_above_pool_size_fails_fast_and_says_what_to_change(tmp_path):
     with pytest.raises(SlotRequestError,
-    match=r"cases/x.py needs 16 device slot\(s\) but the pool has 8; raise \[meshtest\].slots"):
+                       match=r"cases/x.py needs 16 device slot\(s\) but the pool has 8; raise \[meshtest\].slots"):
         SlotPool(str(tmp_path), 8).acquire(16, "cases/x.py")
 
 

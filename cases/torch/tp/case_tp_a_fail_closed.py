@@ -342,7 +342,7 @@ def _a5_unmatched_path(ctx):
     model = _seq(ctx, _linear(ctx, seed=0), _linear(ctx, seed=1))
     snap = _snapshot(model)
     ret, caught = _record_warnings(lambda: api.parallelize_module(model, ctx.mesh,
-    {"nope.proj": api.ColwiseParallel()}))
+                                                                  {"nope.proj": api.ColwiseParallel()}))
     assert ret is model, "parallelize_module did not return the module"
     hits = [w for w in caught if issubclass(w.category, UserWarning) and "nope.proj" in str(w.message)
             and "could not be resolved" in str(w.message)]

@@ -139,7 +139,7 @@ def _c1_colwise_linear(ctx):
     assert not isinstance(y, api.DTensor), f"use_local_output=True must give a local tensor, got {type(y)}"
     ctx.assert_close(_plain(y), yr.detach()[:, blk], rtol=RTOL, atol=ATOL, label="local output vs reference columns")
     ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(1)), yr.detach(), rtol=RTOL, atol=ATOL,
-    label="gathered output")
+                     label="gathered output")
     ctx.step("backward")
     (y * G[:, blk]).sum().backward()
     (yr * G).sum().backward()
@@ -356,7 +356,7 @@ def _c4_colwise_embedding(ctx):
     blk = _blk(8, ctx)
     ctx.assert_close(_plain(y), yr.detach()[..., blk], rtol=RTOL, atol=ATOL, label="local output vs reference columns")
     ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(2)), yr.detach(), rtol=RTOL, atol=ATOL,
-    label="gathered output")
+                     label="gathered output")
     ctx.step("backward")
     (y * G[..., blk]).sum().backward()
     (yr * G).sum().backward()
@@ -475,7 +475,7 @@ def _c6_sp_layernorm(ctx):
     assert isinstance(y, api.DTensor) and tuple(y.placements) == (api.Shard(1),), \
         f"output must stay a Shard(1) DTensor (use_local_output=False), got {type(y)} {getattr(y, 'placements', None)}"
     ctx.assert_close(y.to_local().detach(), yr.detach()[:, blk], rtol=RTOL, atol=ATOL,
-    label="local chunk vs reference slice")
+                     label="local chunk vs reference slice")
     ctx.assert_close(y.full_tensor().detach(), yr.detach(), rtol=RTOL, atol=ATOL, label="gathered output")
     ctx.step("backward")
     (y.to_local() * G[:, blk]).sum().backward()
@@ -649,9 +649,9 @@ def _c10_prepare_input_colwise(ctx):
     xr = x.clone().requires_grad_(True)
     yr = ref(xr)
     ctx.assert_close(_plain(y), yr.detach()[:, cols], rtol=RTOL, atol=ATOL,
-    label="local output = reference columns, all rows")
+                     label="local output = reference columns, all rows")
     ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(1)), yr.detach(), rtol=RTOL, atol=ATOL,
-    label="gathered output")
+                     label="gathered output")
     ctx.step("backward")
     (y * G[:, cols]).sum().backward()
     (yr * G).sum().backward()
@@ -688,11 +688,11 @@ def _c11_common(ctx, seed, rowwise_kwargs, out_layout):
     y = lin(xt)
     xr = x.clone().requires_grad_(True)
     yr = ref(xr)
-    assert not isinstance(y,
-    api.DTensor), f"PrepareModuleOutput use_local_output=True must give a local tensor, got {type(y)}"
+    assert not isinstance(y, api.DTensor), (
+        f"PrepareModuleOutput use_local_output=True must give a local tensor, got {type(y)}")
     ctx.assert_close(_plain(y), yr.detach()[rows], rtol=RTOL, atol=ATOL, label="local output = reference rows")
     ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(0)), yr.detach(), rtol=RTOL, atol=ATOL,
-    label="gathered output")
+                     label="gathered output")
     ctx.step("backward")
     (y * G[rows]).sum().backward()
     (yr * G).sum().backward()
@@ -770,7 +770,7 @@ def _c13_check_errors(ctx, hi, lo, ref_out, dtype_name):
     ctx.note(f"{dtype_name}: error vs fp32 reference — fp32 reduce: max {hi_max:.3g} mean {hi_mean:.3g}; "
              f"plain {dtype_name} reduce: max {lo_max:.3g} mean {lo_mean:.3g}")
     ctx.assert_close(hi.detach().float(), ref_out, rtol=LP_RTOL, atol=LP_ATOL,
-    label="fp32-reduce output vs fp32 reference")
+                     label="fp32-reduce output vs fp32 reference")
     assert lo_max > 0 and lo_mean > 0, (f"plain {dtype_name} reduce shows no error; the data cannot tell the reduces "
                                         "apart")
     assert hi_max < lo_max and hi_mean < lo_mean, (
@@ -1075,9 +1075,9 @@ def _c12_prepare_io_mlp_block(ctx):
     yr = ref(xr)
     assert not isinstance(y, api.DTensor), f"use_local_output=True must give a local tensor, got {type(y)}"
     ctx.assert_close(_plain(y), yr.detach()[:, blk], rtol=RTOL, atol=ATOL,
-    label="local output = reference sequence chunk")
+                     label="local output = reference sequence chunk")
     ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(1)), yr.detach(), rtol=RTOL, atol=ATOL,
-    label="gathered output")
+                     label="gathered output")
     ctx.step("backward")
     (y * G[:, blk]).sum().backward()
     (yr * G).sum().backward()

@@ -143,8 +143,8 @@ def _rowwise_sp_reduce_scatter(ctx):
     ctx.note(f"forward collectives: {fwd}")
     assert fwd == {"reduce_scatter": 1}, (
         f"RowwiseParallel(output_layouts=Shard(1)) collectives {fwd}; expected exactly one reduce_scatter_tensor")
-    assert tuple(y.shape) == (2, 4 // ctx.world_size,
-    6), f"local output shape {tuple(y.shape)}; expected the sequence shard"
+    assert tuple(y.shape) == (2, 4 // ctx.world_size, 6), (
+        f"local output shape {tuple(y.shape)}; expected the sequence shard")
     ctx.assert_close(_gather(api, ctx.mesh, y, api.Shard(1)), ref(x).detach(), rtol=RTOL, atol=ATOL,
                      label="output gathered along the sequence")
 

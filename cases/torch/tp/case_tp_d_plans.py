@@ -196,12 +196,12 @@ def _d1_glob_every_layer(ctx):
             m = getattr(mlp, proj)
             assert _placements(api, m.weight) == (S0,), f"layers.{i}.mlp.{proj}.weight {m.weight.placements}"
             assert _placements(api, m.bias) == (S0,), f"layers.{i}.mlp.{proj}.bias {m.bias.placements}"
-            assert tuple(m.weight.to_local().shape) == (INTER // tp,
-            H), f"layers.{i}.mlp.{proj} local {m.weight.to_local().shape}"
-        assert _placements(api,
-        mlp.down_proj.weight) == (S1,), f"layers.{i}.mlp.down_proj.weight {mlp.down_proj.weight.placements}"
-        assert _placements(api,
-        mlp.down_proj.bias) == (R,), f"layers.{i}.mlp.down_proj.bias {mlp.down_proj.bias.placements}"
+            assert tuple(m.weight.to_local().shape) == (INTER // tp, H), (
+                f"layers.{i}.mlp.{proj} local {m.weight.to_local().shape}")
+        assert _placements(api, mlp.down_proj.weight) == (S1,), (
+            f"layers.{i}.mlp.down_proj.weight {mlp.down_proj.weight.placements}")
+        assert _placements(api, mlp.down_proj.bias) == (R,), (
+            f"layers.{i}.mlp.down_proj.bias {mlp.down_proj.bias.placements}")
         assert tuple(mlp.down_proj.weight.to_local().shape) == (H, INTER // tp)
         for name, p in layer.gate_proj.named_parameters():
             assert not isinstance(p, api.DTensor), f"decoy layers.{i}.gate_proj.{name} was parallelized by the glob"
@@ -353,8 +353,8 @@ def _d4_lm_head_loss_parallel(ctx):
     ctx.step("forward")
     h_local = h.chunk(tp, dim=1)[r].clone().requires_grad_(True)  # annotated Shard(1) by input_layouts
     logits = lm_head(h_local)
-    assert isinstance(logits,
-    api.DTensor), f"logits are {type(logits).__name__}; use_local_output=False keeps a DTensor"
+    assert isinstance(logits, api.DTensor), (
+        f"logits are {type(logits).__name__}; use_local_output=False keeps a DTensor")
     assert len(logits.placements) == 1 and isinstance(logits.placements[0], api.Shard) \
         and logits.placements[0].dim % logits.ndim == logits.ndim - 1, (
             f"logits placements {logits.placements}; expected Shard(-1) (the vocabulary dim)")
@@ -373,7 +373,7 @@ def _d4_lm_head_loss_parallel(ctx):
     ctx.assert_close(loss.full_tensor().detach(), ref_loss.detach(), rtol=RTOL, atol=ATOL, label="cross-entropy loss")
     ctx.step("gradients")
     ctx.assert_close(lm_head.weight.grad.full_tensor(), ref.weight.grad, rtol=RTOL, atol=ATOL,
-    label="lm_head.weight.grad")
+                     label="lm_head.weight.grad")
     ctx.assert_close(h_local.grad, hr.grad.chunk(tp, dim=1)[r], rtol=RTOL, atol=ATOL,
                      label="hidden-state gradient (this rank's sequence shard)")
 

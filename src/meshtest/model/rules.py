@@ -94,7 +94,7 @@ def check_flag(file: str, case: str, field: str, value: Any) -> bool:
 
 
 def placement_arity_error(file: str, case: str, where: str, written: str,
-mesh_shape: Tuple[int, ...]) -> CaseDeclarationError:
+                          mesh_shape: Tuple[int, ...]) -> CaseDeclarationError:
     """Rule ``placement-arity`` (shared with the static scan, which sees placements as text)."""
     return CaseDeclarationError(
         file, case, "placement-arity",
@@ -104,7 +104,7 @@ mesh_shape: Tuple[int, ...]) -> CaseDeclarationError:
 
 
 def placement_count_error(file: str, case: str, n_inputs: int, n_placements: object,
-what: str = "inputs") -> CaseDeclarationError:
+                          what: str = "inputs") -> CaseDeclarationError:
     """Rule ``placement-count`` (shared with the static scan)."""
     return CaseDeclarationError(
         file, case, "placement-count",

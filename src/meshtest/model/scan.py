@@ -314,7 +314,7 @@ def _input_shapes(path: str, name: str, node: Optional[ast.AST], literals: Dict[
     for i, elt in enumerate(node.elts):
         if not (isinstance(elt, ast.Call) and _callee_name(elt.func) == "InputSpec"):
             raise CaseDeclarationError(path, name, "static-scan",
-            f"register_sweep inputs[{i}] must be an InputSpec(...) call")
+                                       f"register_sweep inputs[{i}] must be an InputSpec(...) call")
         shape_node = elt.args[0] if elt.args else next((k.value for k in elt.keywords if k.arg == "shape"), None)
         if shape_node is None:
             raise CaseDeclarationError(path, name, "static-scan", f"register_sweep inputs[{i}] needs a shape")

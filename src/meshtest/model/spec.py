@@ -284,7 +284,7 @@ class OpShardCase(_Case):
         for i, d in enumerate(self.derived_inputs):
             if not isinstance(d, DerivedSpec) or not callable(d.fn):
                 raise CaseDeclarationError(file, name, "derived",
-                f"derived_inputs[{i}] must be a DerivedSpec with a callable fn")
+                                           f"derived_inputs[{i}] must be a DerivedSpec with a callable fn")
             (p,) = rules.check_placements(
                 file, name, mesh_shape, [(1,) * d.ndim], [d.placements], what=f"derived_inputs[{i}]"
             )
@@ -306,8 +306,8 @@ class OpShardCase(_Case):
                 )
             outs = tuple(outs)
         _check_timeout(file, name, self.timeout_s)
-        if self.known_failure is not None and (not isinstance(self.known_failure,
-        str) or not self.known_failure.strip()):
+        known = self.known_failure
+        if known is not None and (not isinstance(known, str) or not known.strip()):
             raise CaseDeclarationError(file, name, "known-failure", "known_failure must be a non-empty reason string")
         return dataclasses.replace(
             self,
@@ -400,7 +400,7 @@ class ScenarioCase(_Case):
 
 def _check_timeout(file: str, name: str, timeout_s: Any) -> None:
     """Rule ``timeout``: ``None`` or a number of seconds > 0."""
-    if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s,
-    (int, float)) or timeout_s <= 0):
+    number = isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool)
+    if timeout_s is not None and (not number or timeout_s <= 0):
         raise CaseDeclarationError(file, name, "timeout",
-        f"timeout_s must be a number of seconds > 0; got {timeout_s!r}")
+                                   f"timeout_s must be a number of seconds > 0; got {timeout_s!r}")

@@ -227,7 +227,6 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     groups = plan_groups(selected)
     result = RunResult(outcomes=list(scan_errors))
     need = device_need(groups, opts.device_need)
-    label = opts.target or ",".join(files)
     with open(os.path.join(opts.artifacts_dir, "summary.txt"), "w", encoding="utf-8") as summary:
         def emit(lines: Sequence[str]) -> None:
             reporter.emit(lines, stream, summary)
@@ -238,16 +237,7 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             emit(scan_notes)
             emit([reporter.format_outcome(o) for o in scan_errors])
             if groups:
-                pool = SlotPool(opts.slot_dir or default_slot_dir(), opts.slots)
-                t0 = time.monotonic()
-                with pool.acquire(need, label) as lease:
-                    result.notes.append(f"device slots {lease.slots} of {opts.slots} held "
-                                        f"(waited {time.monotonic() - t0:.1f}s; pool {pool.directory})")
-                    board = ProgressBoard(os.path.join(pool.directory, "progress"), label, len(selected), stream)
-                    try:
-                        _run_groups(groups, opts, lease, result, emit, board)
-                    finally:
-                        board.finish(len(result.outcomes) - len(scan_errors))
+                _run_on_slots(groups, opts, need, opts.target or ",".join(files), len(selected), result, emit, stream)
         except BaseException as e:  # SIGTERM (SystemExit), Ctrl-C: keep what was recorded so far
             salvaged = _salvage_in_flight(result)
             result.outcomes.extend(salvaged)
@@ -258,9 +248,24 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             ids = {c.name: c.spec_id for c in cases if c.spec_id}
             result.outcomes = [replace(o, spec_id=ids.get(o.case, o.spec_id)) for o in result.outcomes]
             emit(reporter.summary_lines(result.outcomes, result.notes))
-            write_evidence(opts.artifacts_dir, result.outcomes)
-            write_html_report(os.path.join(opts.artifacts_dir, "report.html"), result.outcomes, result.notes)
+            write_evidence(opts.artifacts_dir, result.outcomes, result.notes)
     return result
+
+
+def _run_on_slots(groups: Sequence[Group], opts: RunOptions, need: int, label: str, selected: int,
+                  result: RunResult, emit, stream) -> None:
+    """Hold ``need`` slots of the pool (waiting in line) while the groups run, with a progress board."""
+    pool = SlotPool(opts.slot_dir or default_slot_dir(), opts.slots)
+    t0 = time.monotonic()
+    before = len(result.outcomes)
+    with pool.acquire(need, label) as lease:
+        result.notes.append(f"device slots {lease.slots} of {opts.slots} held "
+                            f"(waited {time.monotonic() - t0:.1f}s; pool {pool.directory})")
+        board = ProgressBoard(os.path.join(pool.directory, "progress"), label, selected, stream)
+        try:
+            _run_groups(groups, opts, lease, result, emit, board)
+        finally:
+            board.finish(len(result.outcomes) - before)
 
 
 def _salvage_in_flight(result: RunResult) -> List[CaseOutcome]:
@@ -303,9 +308,11 @@ def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, res
         emit([reporter.format_outcome(o) for o in group_outcomes])
 
 
-def write_evidence(artifacts_dir: str, outcomes: Sequence[CaseOutcome]) -> None:
-    """``results.jsonl`` and ``junit.xml`` for the whole run, and again per case file under
-    ``targets/<file path with / as .>/`` (one run may serve several build targets)."""
+def write_evidence(artifacts_dir: str, outcomes: Sequence[CaseOutcome], notes: Sequence[str] = ()) -> None:
+    """``results.jsonl``, ``junit.xml`` and ``report.html`` for the whole run, and results and JUnit
+    again per case file under ``targets/<file path with / as .>/`` (one run may serve several
+    build targets)."""
+    write_html_report(os.path.join(artifacts_dir, "report.html"), outcomes, notes)
     write_results(os.path.join(artifacts_dir, "results.jsonl"), outcomes)
     write_junit(os.path.join(artifacts_dir, "junit.xml"), outcomes)
     files = sorted({o.file for o in outcomes})

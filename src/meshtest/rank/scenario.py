@@ -26,7 +26,7 @@ class ScenarioContext:
     """
 
     def __init__(self, *, case: str, mesh: Any, backend: Any, api: Any,
-    on_step: Optional[Callable[[str], None]] = None):
+                 on_step: Optional[Callable[[str], None]] = None):
         self.case = case
         self.mesh = mesh
         self.backend = backend

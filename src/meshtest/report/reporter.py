@@ -132,8 +132,8 @@ def spec_table(outcomes: Sequence[CaseOutcome]) -> List[str]:
                 reasons.append(f"{o.case}: {o.known_failure}")
             elif label != Status.PASS.value:
                 reasons.append(f"{o.case}: {_first_line(o.failures[0].error) if o.failures else label}")
-        text = ", ".join(f"{k} x{v}" for k,
-        v in sorted(labels.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else -1))
+        ranked = sorted(labels.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else -1)
+        text = ", ".join(f"{k} x{v}" for k, v in ranked)
         lines.append(f"  {spec_id:<5} {text}")
         lines.extend(f"        {r}" for r in dict.fromkeys(reasons))
         bad = sorted(labels, key=lambda k: order.index(k) if k in order else 99)[-1]
