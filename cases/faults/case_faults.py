@@ -10,6 +10,7 @@ Every fault case is followed by an ``*_after_*`` case that must pass in the fres
 """
 import os
 import signal
+import sys
 
 from meshtest import InputSpec, OpShardCase, ScenarioCase, Shard, register
 
@@ -96,6 +97,42 @@ def error_on_rank1(ctx):
         raise ValueError("deliberate error on rank 1 only")
 
 
+def leak_default_dtype(ctx):
+    """Changes a process-wide setting and leaves it: isolation reports this case, not the next."""
+    ctx.step("leak")
+    ctx.api.torch.set_default_dtype(ctx.api.torch.float64)
+    ctx.api.torch.set_grad_enabled(False)
+
+
+def fresh_state(ctx):
+    """The innocent case after a leak: plain tensors are float32 and autograd is on again."""
+    t = ctx.api.torch.ones(2, requires_grad=True)
+    assert t.dtype == ctx.api.torch.float32, f"default dtype leaked into this case: {t.dtype}"
+    assert (t * 2).requires_grad, "grad mode leaked into this case"
+
+
+def mismatched_collectives(ctx):
+    """Rank 0 all_reduces 4 floats while rank 1 all_gathers 8: with collective checks the ranks
+    learn it at once, with each rank's collective named, instead of at the deadline."""
+    api = ctx.api
+    ctx.step("collective")
+    if ctx.rank == 0:
+        api.dist.all_reduce(api.torch.ones(4))
+    else:
+        api.dist.all_gather([api.torch.empty(8) for _ in range(ctx.world_size)], api.torch.ones(8))
+
+
+def clean_exit_on_rank1(ctx):
+    """sys.exit(0) inside a case: reported as such, and the rank goes on with the next case."""
+    ctx.step("compute")
+    if ctx.rank == 1:
+        sys.exit(0)
+
+
+def times_nan(x):
+    return x * float("nan")
+
+
 def break_communicator(ctx):
     """Rank 1 destroys the process group: the health probe after the error must find the
     group broken and the next case must run in a fresh launch."""
@@ -129,3 +166,15 @@ register(ScenarioCase(name="fault_error_one_rank", fn=error_on_rank1, mesh_shape
 register(ScenarioCase(name="fault_after_error", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
 register(ScenarioCase(name="fault_broken_communicator", fn=break_communicator, mesh_shape=MESH, tags=FAULTS))
 register(ScenarioCase(name="fault_after_broken", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
+# Verdicts a user can trust: a leaked setting, ranks in different collectives, sys.exit(0) in a
+# case, a reference that is all NaN. Each is reported in its own case; the case after it passes.
+register(ScenarioCase(name="fault_state_leak", fn=leak_default_dtype, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_after_leak", fn=fresh_state, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_mismatched_collective", fn=mismatched_collectives, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_after_mismatch", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_clean_exit", fn=clean_exit_on_rank1, mesh_shape=MESH, tags=FAULTS))
+register(ScenarioCase(name="fault_after_clean_exit", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
+register(OpShardCase(name="fault_all_nan_reference", fn=times_nan, inputs=[InputSpec((4, 4))],
+                     placements=[(Shard(0),)], mesh_shape=MESH, tags=FAULTS))
+register(OpShardCase(name="fault_after_nan", fn=doubled, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)],
+                     mesh_shape=MESH, tags=FAULTS))

@@ -19,7 +19,7 @@ import json
 import os
 import signal
 import sys
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .contract import DEFAULT_CASE_TIMEOUT_S
 from .errors import SelectionError
@@ -31,16 +31,21 @@ from .parent.slots import DEFAULT_SLOTS, SlotRequestError
 CASE_FILTER_ENV = "MESHTEST_CASE_FILTER"
 
 
-def _split_specs(specs: Sequence[str]) -> Tuple[List[str], List[str]]:
-    """``file.py::case`` → (files, exact-name patterns)."""
-    files, names = [], []
+def _split_specs(specs: Sequence[str]) -> Tuple[List[str], Dict[str, List[str]]]:
+    """``A.py B.py::case`` → (files, {file: its case names}); a file named without ``::`` as well
+    runs whole."""
+    files: List[str] = []
+    names: Dict[str, List[str]] = {}
+    whole = set()
     for spec in specs:
         path, sep, case = spec.partition("::")
         if path not in files:
             files.append(path)
         if sep:
-            names.append(case)
-    return files, names
+            names.setdefault(path, []).append(case)
+        else:
+            whole.add(path)
+    return files, {f: n for f, n in names.items() if f not in whole}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,6 +71,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="slots to hold for the whole run (a build target's resource tag); default: the largest launch")
     r.add_argument("--fail-fast", action=argparse.BooleanOptionalAction, default=None,
                    help="stop at the first failing case (default: on when --tag selects a level0 gate)")
+    r.add_argument("--collective-checks", choices=("auto", "on", "off"), default="auto",
+                   help="the platform's collective fingerprint checks: on in every launch; auto (default): a case "
+                        "that timed out or broke the process group is re-run alone with them to name the collective "
+                        "each rank entered; off")
     r.add_argument("--target", default="", help="label of the requester in the slot audit log (a Pants address)")
     s = sub.add_parser("scan", help="print the static scan of case files as JSON")
     s.add_argument("files", nargs="+")
@@ -165,14 +174,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"meshtest: no such case file: {', '.join(missing)}", file=sys.stderr)
         return 2
     env_patterns = [p for p in os.environ.get(CASE_FILTER_ENV, "").split(",") if p.strip()]
-    patterns = tuple(names + args.case + [p.strip() for p in env_patterns])
+    patterns = tuple(args.case + [p.strip() for p in env_patterns])
     out = args.artifacts_dir or os.path.join(
         "dist", "meshtest", "run-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     )
     opts = RunOptions(artifacts_dir=out, platform=args.platform, device_kind=args.device_kind,
-                      tag_filters=tuple(args.tags), name_patterns=patterns, case_timeout_s=args.case_timeout,
+                      tag_filters=tuple(args.tags), name_patterns=patterns,
+                      file_patterns=tuple((f, tuple(n)) for f, n in names.items()), case_timeout_s=args.case_timeout,
                       slots=args.slots, slot_dir=args.slot_dir, device_need=args.device_need, target=args.target,
-                      fail_fast=gate_is_fail_fast(args.tags) if args.fail_fast is None else args.fail_fast)
+                      fail_fast=gate_is_fail_fast(args.tags) if args.fail_fast is None else args.fail_fast,
+                      collective_checks=args.collective_checks)
     try:
         result = run(files, opts)
     except (SelectionError, SlotRequestError) as e:

@@ -36,7 +36,7 @@ from .model.scan import ScannedCase
 from .status import Status
 
 #: Version of the launch plan format. Bump it whenever a contract type changes shape.
-PLAN_VERSION = 2
+PLAN_VERSION = 3
 
 #: Default deadline of one case, in seconds. A launch's process-group timeout is half the
 #: longest deadline among its cases.
@@ -127,6 +127,9 @@ class LaunchPlan:
     :ivar case_timeout_s: the run's default case deadline, seconds.
     :ivar slots: device slot ids the launch holds (device ids on NPU/CUDA).
     :ivar fail_fast: the ranks stop together after the first case that fails on any rank.
+    :ivar collective_checks: the ranks turn on the platform's collective fingerprint checks
+        (``ShardBackend.enable_collective_checks``), so ranks that enter different collectives
+        fail at once, naming them, instead of waiting out the deadline.
     :ivar cases: the cases to run, in order (identical on every rank).
     """
 
@@ -140,6 +143,7 @@ class LaunchPlan:
     cases: Tuple[ScannedCase, ...]
     slots: Tuple[int, ...] = ()
     fail_fast: bool = False
+    collective_checks: bool = False
     version: int = PLAN_VERSION
 
     def to_json(self) -> Dict[str, Any]:
@@ -322,6 +326,8 @@ class CaseOutcome:
     :ivar spec_id: the test-plan ID the case implements, e.g. ``"A6"``.
     :ivar divergence: the case's stated divergence from the spec.
     :ivar detail: notes the case attached (``ctx.note``), from the first rank that wrote any.
+    :ivar diagnosis: for a case that timed out, what a re-run with collective checks found (e.g.
+        which collective each rank entered).
     """
 
     case: str
@@ -337,6 +343,7 @@ class CaseOutcome:
     spec_id: str = ""
     divergence: str = ""
     detail: str = ""
+    diagnosis: str = ""
 
     def __post_init__(self) -> None:
         _coerce_status(self)

@@ -26,7 +26,7 @@ BROKEN = {  # file stem: (body, words the report must contain)
                      ["case_import_error.py", "rule import", "not_a_module_anywhere", "ie1", "step load"]),
     "non_literal_mesh": (HEAD + "M = make()\n" + _case("nl1", mesh="M"),
                          ["case 'nl1'", "rule static-scan", "mesh_shape="]),
-    "zero_dim": (HEAD + _case("zd1", inputs="[InputSpec((4, 0))]"), ["case 'zd1'", "rule input-shape"]),
+    "negative_dim": (HEAD + _case("zd1", inputs="[InputSpec((4, -1))]"), ["case 'zd1'", "rule input-shape"]),
     "negative_mesh": (HEAD + _case("nm1", mesh="(2, -2)", placements="[(Shard(0), Shard(1))]"),
                       ["case 'nm1'", "rule mesh-shape"]),
     "placement_mesh_mismatch": (HEAD + _case("pm1", mesh="(2, 1)"), ["case 'pm1'", "rule placement-arity"]),

@@ -70,7 +70,8 @@ def test_scan_module_runs_on_stdlib_only():
         import meshtest.contract, meshtest.status, meshtest.report.results, meshtest.model.rules
         from meshtest.parent.planner import plan_groups
         from meshtest.model.scan import scan_case_source
-        print(scan_case_source('x.py', "register(OpShardCase(name='a', mesh_shape=(4,)))").device_need)
+        print(scan_case_source('x.py', "register(OpShardCase(name='a', mesh_shape=(4,), tags=('cpu_level1',)))")
+              .device_need)
     """)
     out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": SRC_ROOT},
                          capture_output=True, text=True, timeout=60)

@@ -38,7 +38,7 @@ def _run(tmp_path, *files, extra=()):
     env = {**os.environ, "PYTHONPATH": SRC_ROOT}
     proc = subprocess.run([sys.executable, "-m", "meshtest", *[os.path.join(FAULTS_DIR, f) for f in files],
                            "--tag", "cpu_faults", "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots"),
-                           *extra], capture_output=True, text=True, env=env, timeout=500)
+                           *extra], capture_output=True, text=True, env=env, timeout=540)
     results = {json.loads(line)["case"]: json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()}
     return proc, out, results
 
@@ -87,6 +87,10 @@ def test_every_fault_is_reported_and_every_later_case_still_runs(fault_run):
         "fault_assert": "fail",
         "fault_error_one_rank": "error", "fault_after_error": "pass",
         "fault_broken_communicator": "error", "fault_after_broken": "pass",
+        "fault_state_leak": "error", "fault_after_leak": "pass",
+        "fault_mismatched_collective": "error", "fault_after_mismatch": "pass",
+        "fault_clean_exit": "error", "fault_after_clean_exit": "pass",
+        "fault_all_nan_reference": "fail", "fault_after_nan": "pass",
     }, text
     _assert_nothing_leaked(tmp_path, out)
 
@@ -131,6 +135,42 @@ def test_crash_names_the_rank_its_exit_and_its_log_tail(fault_run, case, rank, w
     f = _by_rank(results[case])[rank]
     assert (f["status"], f["step"]) == ("crash", "compute")
     assert f["error"].startswith(why) and f"-- last lines of rank{rank}.log:" in f["error"]
+    # the crashed rank's own last words come first, before its peer's "connection reset"
+    assert results[case]["failures"][0]["rank"] == rank
+
+
+def test_a_leaked_global_setting_is_the_leaking_case_error_and_the_next_case_is_clean(fault_run):
+    _, _, _, results = fault_run
+    leak = _by_rank(results["fault_state_leak"])
+    for rank in (0, 1):
+        assert leak[rank]["step"] == "isolation"
+        assert "default dtype torch.float32 → torch.float64" in leak[rank]["error"]
+        assert "grad mode True → False" in leak[rank]["error"]
+    assert results["fault_after_leak"]["status"] == "pass"
+
+
+def test_mismatched_collectives_are_diagnosed_naming_each_rank_collective(fault_run):
+    _, proc, _, results = fault_run
+    o = results["fault_mismatched_collective"]
+    assert "rank 0 entered ALLREDUCE [4] Float, rank 1 entered ALLGATHER [8] Float" in o["diagnosis"], o
+    assert o["slowest_s"] < 20  # the process-group timeout (half the deadline) ended it, not the deadline
+    assert "diagnosis: re-run alone with collective checks" in proc.stdout
+    assert results["fault_after_mismatch"]["status"] == "pass"
+
+
+def test_sys_exit_inside_a_case_is_named_and_the_rank_goes_on(fault_run):
+    _, _, _, results = fault_run
+    f = _by_rank(results["fault_clean_exit"])
+    assert f.keys() == {1}
+    assert f[1]["error"].startswith("exited with code 0 inside the case (SystemExit at step compute)")
+    assert results["fault_after_clean_exit"]["launch_dir"] == results["fault_clean_exit"]["launch_dir"]
+
+
+def test_an_all_nan_reference_fails_instead_of_passing(fault_run):
+    _, _, _, results = fault_run
+    f = _by_rank(results["fault_all_nan_reference"])
+    assert f[0]["step"] == "compare" and "reference has NaN/Inf (16 of 16 elements" in f[0]["error"]
+    assert results["fault_after_nan"]["status"] == "pass"
 
 
 def test_assertion_failure_does_not_relaunch_but_a_broken_group_does(fault_run):
@@ -145,7 +185,7 @@ def test_assertion_failure_does_not_relaunch_but_a_broken_group_does(fault_run):
     assert "a rank's end-of-case fence failed" in proc.stdout
     broken_log = (_out_dir(fault_run) / "ranks" / launch["fault_broken_communicator"] / "rank1.log").read_text()
     assert "case fence failed: ValueError" in broken_log  # the destroyed group ends the rank cleanly
-    assert "/case_faults_import.py: 20/20 case(s) done, launch w2-2" in proc.stdout  # live progress lines
+    assert "/case_faults_import.py: 28/28 case(s) done, launch w2-2" in proc.stdout  # live progress lines
 
 
 TEARDOWN = "case_faults_teardown.py"

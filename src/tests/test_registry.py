@@ -35,7 +35,7 @@ def test_import_error_keeps_the_traceback(tmp_path):
 
 def test_declaration_error_surfaces_with_file_and_case(tmp_path):
     body = ("register(OpShardCase(name='a', fn=print, inputs=[InputSpec((4,))], placements=[(Shard(1),)], "
-            "mesh_shape=(2,)))\n")
+            "mesh_shape=(2,), tags=('cpu_level0',)))\n")
     path = case_file(tmp_path, "case_dim.py", body)
     with pytest.raises(CaseDeclarationError, match=r"case_dim.py: case 'a': rule shard-dim"):
         load_case_file(path, Registry())
@@ -62,7 +62,8 @@ def test_hidden_registration_is_a_mismatch(tmp_path):
     body = GOOD + """
 def _more():
     pass
-exec("register(OpShardCase(name='d', fn=f, inputs=[InputSpec((4,))], placements=[(Shard(0),)], mesh_shape=(4,)))")
+exec("register(OpShardCase(name='d', fn=f, inputs=[InputSpec((4,))], placements=[(Shard(0),)], mesh_shape=(4,), "
+     "tags=('cpu_level0',)))")
 """
     path = case_file(tmp_path, "case_hidden.py", body)
     loaded = load_case_file(path, Registry())

@@ -10,7 +10,8 @@ NAMES = ("dp", "tp")
 register(OpShardCase(name="a", fn=f, mesh_shape=MESH, mesh_dim_names=NAMES, tags=("cpu_level0", "npu_level1")))
 register(OpShardCase(name="b", fn=f, mesh_shape=(8,), tags=("cpu_level1",), solo_launcher=True))
 import meshtest as mt
-mt.register(mt.OpShardCase(name="c", fn=f, mesh_shape=(2,), needs_mesh=True, mesh_dim_names=("tp",)))
+mt.register(mt.OpShardCase(name="c", fn=f, mesh_shape=(2,), needs_mesh=True, mesh_dim_names=("tp",),
+                           tags=("npu_level0",)))
 '''
 
 
@@ -20,9 +21,14 @@ def test_reads_literals_and_module_constants():
     a, b, c = scan.cases
     assert (a.name, a.mesh_shape, a.mesh_dim_names, a.tags) == ("a", (2, 2), ("dp", "tp"), ("cpu_level0", "npu_level1"))
     assert b.solo_launcher and b.world_size == 8
-    assert c.needs_mesh and c.tags == ()
+    assert c.needs_mesh and c.tags == ("npu_level0",)
     assert scan.device_need == 8
-    assert scan.target_tags() == ("cpu_level0", "cpu_level1", "mesh:2", "mesh:4", "mesh:8", "npu_level1")
+    assert scan.target_tags() == ("cpu_level0", "cpu_level1", "mesh:2", "mesh:4", "mesh:8", "npu_level0", "npu_level1")
+
+
+def test_a_case_without_a_gate_tag_is_a_scan_error():
+    scan = scan_case_source("cases/x.py", "register(OpShardCase(name='lost', mesh_shape=(2,)))\n")
+    assert scan.cases == () and "case 'lost': rule gate-tag: the case has no gate tag" in scan.error
 
 
 def test_non_literal_mesh_is_a_clear_error():
@@ -59,7 +65,8 @@ def test_rules_shared_with_registration():
 
 
 def test_duplicate_names_in_one_file():
-    src = "register(OpShardCase(name='a', mesh_shape=(2,)))\nregister(OpShardCase(name='a', mesh_shape=(4,)))\n"
+    src = ("register(OpShardCase(name='a', mesh_shape=(2,), tags=('cpu_level0',)))\n"
+           "register(OpShardCase(name='a', mesh_shape=(4,), tags=('cpu_level0',)))\n")
     assert "case 'a': rule duplicate-name: declared at line 1 and again at line 2" in scan_case_source("x.py",
                                                                                                        src).error
 
@@ -79,7 +86,7 @@ def test_placement_shapes_written_as_displays_are_checked_statically():
            "                     placements=[(Shard(0),)], tags=('cpu_level0',)))\n")
     assert "rule placement-count: 2 inputs but 1 placement tuple(s)" in scan_case_source("x.py", src).error
     # Built by code rather than written out: left to registration on the ranks.
-    src = "register(OpShardCase(name='a', mesh_shape=(2,), inputs=INPUTS, placements=[P] * 2))\n"
+    src = "register(OpShardCase(name='a', mesh_shape=(2,), inputs=INPUTS, placements=[P] * 2, tags=('cpu_level0',)))\n"
     assert scan_case_source("x.py", src).error is None
 
 

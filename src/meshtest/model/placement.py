@@ -1,10 +1,16 @@
-"""Platform-agnostic placement descriptors: ``Shard(d)``, ``Replicate()``, ``Partial(op)``.
+"""Platform-agnostic placement descriptors: ``Shard(d)``, ``Replicate()``, ``Partial(op)``,
+``StridedShard(d, split_factor)``.
 
 Case files describe how each input is laid out on the DeviceMesh with these
 descriptors; a :class:`meshtest.platforms.backend.ShardBackend` maps them to its platform's
 own placement types (for torch: ``torch.distributed.tensor.Shard`` and friends).
 One placement is given per *mesh* dimension, never per tensor dimension
 (seed 000 §8.4: placement tuple length == mesh ndim).
+
+They are declarations, not the platform's objects: handed to the platform inside a case's
+``fn`` (``x.redistribute(mesh, [Shard(0)])``), any attribute the platform asks of them raises an
+``AttributeError`` that names the import to use instead (``ctx.api.Shard`` in a scenario,
+``torch.distributed.tensor.Shard`` in an op's ``fn``).
 """
 from __future__ import annotations
 
@@ -16,11 +22,22 @@ PARTIAL_REDUCE_OPS = ("sum", "avg", "max", "min")
 
 
 class Placement:
-    """Base of the three placement kinds; not instantiated directly."""
+    """Base of the placement kinds; not instantiated directly."""
 
     def short(self) -> str:
         """Compact text used in generated case names, e.g. ``S0``, ``R``, ``P``."""
         raise NotImplementedError
+
+    def __getattr__(self, name: str):
+        # Only called for attributes the class lacks: the platform probing a placement it was
+        # handed (torch calls p.is_shard(), p.dim, ...). Say which object it wanted.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"{self!r} is meshtest's declaration of a placement (for a case's placements=), not the "
+            f"platform's; it has no {name!r}. Inside fn use the platform's own class: "
+            f"torch.distributed.tensor.{type(self).__name__.replace('StridedShard', '_StridedShard')} "
+            f"(ctx.api.{type(self).__name__} in a scenario)")
 
 
 @dataclass(frozen=True)
@@ -41,6 +58,24 @@ class Shard(Placement):
 
 
 @dataclass(frozen=True)
+class StridedShard(Placement):
+    """torch's ``_StridedShard(dim, split_factor)``: dim ``dim`` cut into ``split_factor *
+    mesh_size`` pieces dealt round-robin, so each rank holds ``split_factor`` strided pieces (the
+    layout FSDP over TP leaves, where another mesh dimension already split the dim). Checked at
+    registration like ``Shard(d)``; ``split_factor`` is an integer >= 1.
+    """
+
+    dim: int
+    split_factor: int
+
+    def short(self) -> str:
+        return f"SS{self.dim}x{self.split_factor}"
+
+    def __repr__(self) -> str:
+        return f"StridedShard({self.dim}, split_factor={self.split_factor})"
+
+
+@dataclass(frozen=True)
 class Replicate(Placement):
     """Every rank of the mesh dimension holds the full tensor."""
 
@@ -55,9 +90,10 @@ class Replicate(Placement):
 class Partial(Placement):
     """Each rank holds a partial value; the logical tensor is their reduction by ``reduce_op``.
 
-    ``reduce_op`` is one of :data:`PARTIAL_REDUCE_OPS`. When a full input is distributed as
-    ``Partial``, the platform's own partition rule applies (torch: ``sum`` → ``v / n`` on
-    every rank; ``avg``/``max``/``min`` → ``v`` on every rank).
+    ``reduce_op`` is one of :data:`PARTIAL_REDUCE_OPS`. When a full input (an ``InputSpec``) is
+    distributed as ``Partial``, the platform's own partition rule applies (torch: ``sum`` → ``v / n``
+    on every rank; ``avg``/``max``/``min`` → ``v`` on every rank). Distinct per-rank partials are
+    declared with :class:`meshtest.model.spec.LocalInput`.
     """
 
     reduce_op: str = "sum"

@@ -13,6 +13,7 @@ import inspect
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Union
 
 from ..errors import CaseDeclarationError, CaseFileError
@@ -23,32 +24,58 @@ from .spec import OpShardCase, ScenarioCase
 Case = Union[OpShardCase, ScenarioCase]
 
 
-class Registry:
-    """Cases registered while loading one or more case files, keyed by name (unique)."""
+@dataclass(frozen=True)
+class BrokenCase:
+    """A registered case whose declaration broke a rule (kept by a :class:`Registry` with
+    ``keep_broken``): the ranks report it ``error`` at step ``register`` with ``error``, and the
+    file's other cases still run.
+    """
 
-    def __init__(self) -> None:
-        self._cases: Dict[str, Case] = {}
+    name: str
+    kind: str
+    error: str
+    known_failure = None
+    timeout_s = None
+
+
+class Registry:
+    """Cases registered while loading one or more case files, keyed by name (unique).
+
+    :param keep_broken: a case whose declaration breaks a rule (other than an unusable name or a
+        duplicate) is kept as a :class:`BrokenCase` instead of failing the whole file — how the
+        ranks load files, so one bad case does not stop its neighbours.
+    """
+
+    def __init__(self, keep_broken: bool = False) -> None:
+        self._cases: Dict[str, Union[Case, BrokenCase]] = {}
         self._files: Dict[str, str] = {}
+        self.keep_broken = keep_broken
 
     def add(self, case: Case, file: str) -> Case:
         """Validate and add ``case`` declared in ``file``.
 
-        :raises CaseDeclarationError: a rule is broken, or rule ``duplicate-name`` when the name
-            is already registered (the message names both files).
+        :raises CaseDeclarationError: a rule is broken (unless ``keep_broken`` and the case has a
+            usable name), or rule ``duplicate-name`` when the name is already registered (the
+            message names both files).
         """
         if not isinstance(case, (OpShardCase, ScenarioCase)):
             raise CaseDeclarationError(file, None, "register",
                                        f"register() takes an OpShardCase or a ScenarioCase; got {type(case).__name__}")
-        case = case.validated(file)
-        if case.name in self._cases:
+        try:
+            entry: Union[Case, BrokenCase] = case.validated(file)
+        except CaseDeclarationError as e:
+            if not self.keep_broken or e.rule == "name":
+                raise
+            entry = BrokenCase(case.name, case.kind, str(e))
+        if entry.name in self._cases:
             raise CaseDeclarationError(
                 file, case.name, "duplicate-name", f"already registered by {self._files[case.name]}"
             )
-        self._cases[case.name] = case
-        self._files[case.name] = file
-        return case
+        self._cases[entry.name] = entry
+        self._files[entry.name] = file
+        return case if isinstance(entry, BrokenCase) else entry
 
-    def cases(self, file: Optional[str] = None) -> List[Case]:
+    def cases(self, file: Optional[str] = None) -> List[Union[Case, BrokenCase]]:
         """Registered cases in registration order, optionally only those of ``file``."""
         return [c for n, c in self._cases.items() if file is None or self._files[n] == file]
 
@@ -159,7 +186,7 @@ def check_against_scan(scan: FileScan, loaded: List[Case]) -> None:
     by_name = {c.name: c for c in loaded}
     for sc in scan.cases:
         case = by_name.get(sc.name)
-        if case is None:
+        if case is None or isinstance(case, BrokenCase):  # reported on its own, at step `register`
             continue
         got = case.to_scanned(sc.file, sc.lineno)
         if got != sc:

@@ -72,11 +72,16 @@ def check_mesh_dim_names(file: str, case: str, mesh_shape: Tuple[int, ...], name
 
 
 def check_tags(file: str, case: str, tags: Any) -> Tuple[str, ...]:
-    """Rule ``gate-tag``: every tag is one of :data:`GATE_TAGS`."""
+    """Rule ``gate-tag``: at least one tag, each one of :data:`GATE_TAGS` (a case no gate
+    selects would never run, silently)."""
     if isinstance(tags, str) or not isinstance(tags, (tuple, list)):
         raise CaseDeclarationError(
             file, case, "gate-tag", f"tags must be a tuple of gate tags such as ('cpu_level0',); got {tags!r}"
         )
+    if not tags:
+        raise CaseDeclarationError(
+            file, case, "gate-tag", f"the case has no gate tag, so no gate would ever run it; add tags= with one or "
+                                    f"more of {', '.join(GATE_TAGS)}")
     for tag in tags:
         if tag not in GATE_TAGS:
             raise CaseDeclarationError(
@@ -122,11 +127,13 @@ def check_placements(
 ) -> Tuple[tuple, ...]:
     """Rules ``placement-count``, ``placement-arity``, ``placement-kind`` and ``shard-dim``.
 
+    ``Shard(d)`` on a dimension of size 0 is allowed (every rank holds an empty piece).
+
     :param shapes: the full shape of each input the placements apply to.
     :param placements: one tuple per input, each with one placement per mesh dimension.
     :returns: the placements with every ``Shard(d)`` normalised to ``d >= 0``.
     """
-    from .placement import PARTIAL_REDUCE_OPS, Partial, Placement, Replicate, Shard
+    from .placement import PARTIAL_REDUCE_OPS, Partial, Placement, Replicate, Shard, StridedShard
 
     if not isinstance(placements, (tuple, list)) or len(placements) != len(shapes):
         n = len(placements) if isinstance(placements, (tuple, list)) else placements
@@ -140,26 +147,63 @@ def check_placements(
             if not isinstance(p, Placement) or type(p) is Placement:
                 raise CaseDeclarationError(
                     file, case, "placement-kind",
-                    f"{what}[{i}]: {p!r} is not a placement; use meshtest.Shard(d), Replicate() or Partial(op)",
+                    f"{what}[{i}]: {p!r} is not a placement; use meshtest.Shard(d), Replicate(), Partial(op) or "
+                    "StridedShard(d, split_factor)",
                 )
-            if isinstance(p, Shard):
-                ndim = len(shape)
-                if not isinstance(p.dim, int) or not -ndim <= p.dim < ndim:
-                    raise CaseDeclarationError(
-                        file, case, "shard-dim",
-                        f"{what}[{i}] has shape {tuple(shape)!r} (rank {ndim}) but is placed {p!r}; "
-                        f"Shard(d) needs -{ndim} <= d < {ndim}",
-                    )
-                p = Shard(p.dim % ndim)
+            if isinstance(p, (Shard, StridedShard)):
+                p = _check_shard_dim(file, case, f"{what}[{i}]", shape, p)
             elif isinstance(p, Partial) and p.reduce_op not in PARTIAL_REDUCE_OPS:
                 raise CaseDeclarationError(
                     file, case, "placement-kind",
                     f"{what}[{i}]: Partial reduce_op {p.reduce_op!r} unknown; use one of {PARTIAL_REDUCE_OPS}",
                 )
-            elif not isinstance(p, (Replicate, Partial, Shard)):
+            elif not isinstance(p, (Replicate, Partial)):
                 raise CaseDeclarationError(file, case, "placement-kind", f"{what}[{i}]: unknown placement {p!r}")
             normalised.append(p)
         out.append(tuple(normalised))
+    return tuple(out)
+
+
+def _check_shard_dim(file: str, case: str, where: str, shape: Sequence[int], p: Any) -> Any:
+    """Rule ``shard-dim`` for ``Shard(d)`` / ``StridedShard(d, k)``; returns it with ``d >= 0``."""
+    import dataclasses
+
+    ndim = len(shape)
+    if not isinstance(p.dim, int) or isinstance(p.dim, bool) or not -ndim <= p.dim < ndim:
+        raise CaseDeclarationError(
+            file, case, "shard-dim",
+            f"{where} has shape {tuple(shape)!r} (rank {ndim}) but is placed {p!r}; "
+            f"Shard(d) needs -{ndim} <= d < {ndim}",
+        )
+    factor = getattr(p, "split_factor", 1)
+    if not isinstance(factor, int) or isinstance(factor, bool) or factor < 1:
+        raise CaseDeclarationError(file, case, "shard-dim", f"{where}: {p!r} needs an integer split_factor >= 1")
+    return dataclasses.replace(p, dim=p.dim % ndim)
+
+
+def check_expected_placements(file: str, case: str, mesh_shape: Tuple[int, ...], value: Any,
+                              what: str) -> Optional[Tuple[Optional[tuple], ...]]:
+    """Rule ``expected-placements``: ``None``, or one entry per output (or input), each ``None``
+    (not checked) or one placement per mesh dimension."""
+    from .placement import Placement
+
+    if value is None:
+        return None
+    if not isinstance(value, (tuple, list)) or not value:
+        raise CaseDeclarationError(file, case, "expected-placements",
+                                   f"{what} must be a tuple with one entry per tensor; got {value!r}")
+    out = []
+    for i, entry in enumerate(value):
+        if entry is None:
+            out.append(None)
+            continue
+        if not isinstance(entry, (tuple, list)) or len(entry) != len(mesh_shape) or not all(
+                isinstance(p, Placement) and type(p) is not Placement for p in entry):
+            raise CaseDeclarationError(
+                file, case, "expected-placements",
+                f"{what}[{i}] = {entry!r} must be None or one placement per mesh dimension "
+                f"(mesh_shape {mesh_shape!r}), e.g. (Shard(0),)")
+        out.append(tuple(entry))
     return tuple(out)
 
 

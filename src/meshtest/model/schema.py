@@ -62,13 +62,14 @@ def _f(name: str, static: bool = False) -> CaseField:
 OP = CaseKind("op", "OpShardCase", (
     _f("name", True), _f("fn"), _f("inputs"), _f("placements"), _f("mesh_shape", True), _f("mesh_dim_names", True),
     _f("compare"), _f("tags", True), _f("derived_inputs"), _f("compare_outputs"), _f("needs_mesh", True),
-    _f("solo_launcher", True), _f("known_failure"), _f("grad_compare"), _f("timeout_s"),
+    _f("solo_launcher", True), _f("known_failure"), _f("grad_compare"), _f("timeout_s"), _f("output_placements"),
+    _f("grad_placements"), _f("expect_raises"),
 ), fixed={"requires": (), "spec_id": None})
 
 SCENARIO = CaseKind("scenario", "ScenarioCase", (
     _f("name", True), _f("fn"), _f("mesh_shape", True), _f("mesh_dim_names", True), _f("tags", True),
     _f("requires", True), _f("spec_id", True), _f("divergence"), _f("known_failure"), _f("solo_launcher", True),
-    _f("timeout_s"),
+    _f("timeout_s"), _f("expect_raises"),
 ), fixed={"needs_mesh": True})
 
 #: Every case kind, by constructor name.

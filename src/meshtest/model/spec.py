@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import CaseDeclarationError
 from . import rules, schema
+from .placement import Partial
 from .scan import ScannedCase
 
 #: Platform-agnostic dtype names. bfloat16 has no NumPy type: it is built as float32 and
@@ -25,7 +26,8 @@ DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int32", "int64",
 #: Input initialisers (seed 000 §8.2).
 INITS = ("randn", "uniform", "ones", "zeros", "arange")
 
-_FLOAT = ("float16", "bfloat16", "float32", "float64")
+#: The float dtypes (``randn``, ``requires_grad`` and non-finite checks apply to these).
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
@@ -37,7 +39,7 @@ def numpy_dtype(dtype: str) -> np.dtype:
 class InputSpec:
     """One full (global) input tensor of a case.
 
-    :param shape: full tensor shape; ``()`` is a 0-d tensor. Every dim must be ≥ 1.
+    :param shape: full tensor shape; ``()`` is a 0-d tensor; a dim may be 0 (an empty tensor).
     :param init: ``randn`` (standard normal), ``uniform`` (``[low, high)``; integers for
         integer dtypes, fair coin for ``bool``), ``ones``, ``zeros`` or ``arange``
         (``0 .. numel-1`` in row-major order).
@@ -64,10 +66,10 @@ class InputSpec:
         where = f"inputs[{index}]"
         shape = self.shape
         if not isinstance(shape, (tuple, list)) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
         ):
             raise CaseDeclarationError(
-                file, case, "input-shape", f"{where}.shape must be a tuple of integers >= 1; got {shape!r}"
+                file, case, "input-shape", f"{where}.shape must be a tuple of integers >= 0; got {shape!r}"
             )
         if self.init not in INITS:
             raise CaseDeclarationError(
@@ -77,12 +79,12 @@ class InputSpec:
             raise CaseDeclarationError(
                 file, case, "input-dtype", f"{where}.dtype {self.dtype!r} unknown; use one of {', '.join(DTYPES)}"
             )
-        if self.init == "randn" and self.dtype not in _FLOAT and self.data is None:
+        if self.init == "randn" and self.dtype not in FLOAT_DTYPES and self.data is None:
             raise CaseDeclarationError(
                 file, case, "input-init",
                 f"{where}: init 'randn' needs a float dtype, not {self.dtype!r}; use 'uniform' or 'arange'",
             )
-        if self.requires_grad and self.dtype not in _FLOAT:
+        if self.requires_grad and self.dtype not in FLOAT_DTYPES:
             raise CaseDeclarationError(
                 file, case, "input-dtype", f"{where}: requires_grad needs a float dtype, not {self.dtype!r}"
             )
@@ -142,31 +144,57 @@ class DerivedSpec:
     name: str = "derived"
 
 
+#: ``torch.testing.assert_close``'s float32 tolerances: the defaults of :meth:`CompareSpec.allclose`
+#: and of a scenario's ``ctx.assert_close``.
+DEFAULT_RTOL = 1.3e-6
+DEFAULT_ATOL = 1e-5
+
+
 @dataclass(frozen=True)
 class CompareSpec:
     """How the gathered distributed output is compared with the single-device reference.
 
-    Build with :meth:`allclose`, :meth:`equal` or :meth:`shape`; every kind also checks shape
-    and dtype.
+    Build with :meth:`allclose`, :meth:`equal`, :meth:`shape` or :meth:`check`; every kind also
+    checks shape and dtype. ``allclose`` and ``equal`` first check that the reference is finite:
+    a reference with NaN or Inf makes the case fail ("reference has NaN/Inf"), since NaN equals
+    NaN and a broken case would look green; ``allow_nonfinite=True`` opts in (an op whose
+    reference is meant to hold NaN/Inf).
     """
 
     kind: str
     rtol: float = 0.0
     atol: float = 0.0
     reason: str = ""
+    allow_nonfinite: bool = False
+    #: ``check``: the property, ``fn(expected, actual)`` on NumPy arrays
+    fn: Optional[Callable[[np.ndarray, np.ndarray], Any]] = None
 
     @staticmethod
-    def allclose(rtol: float = 1.3e-6, atol: float = 1e-5) -> "CompareSpec":
-        """Elementwise ``|actual - expected| <= atol + rtol * |expected|`` (NaNs equal).
+    def allclose(rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+                 allow_nonfinite: bool = False) -> "CompareSpec":
+        """Elementwise ``|actual - expected| <= atol + rtol * |expected|`` (NumPy's ``isclose``;
+        NaNs at the same places are equal when ``allow_nonfinite``).
 
         Defaults are ``torch.testing.assert_close``'s float32 tolerances.
         """
-        return CompareSpec("allclose", rtol=float(rtol), atol=float(atol))
+        return CompareSpec("allclose", rtol=float(rtol), atol=float(atol), allow_nonfinite=bool(allow_nonfinite))
 
     @staticmethod
-    def equal() -> "CompareSpec":
+    def equal(allow_nonfinite: bool = False) -> "CompareSpec":
         """Bitwise-equal values (integer, bool and data-movement ops)."""
-        return CompareSpec("equal")
+        return CompareSpec("equal", allow_nonfinite=bool(allow_nonfinite))
+
+    @staticmethod
+    def check(fn: Callable[[np.ndarray, np.ndarray], Any], reason: str = "") -> "CompareSpec":
+        """A property instead of closeness, for values that differ by design (random ops).
+
+        :param fn: ``fn(expected, actual)`` with the reference and the gathered output as NumPy
+            arrays (shape and dtype already equal). It passes by returning ``None`` or ``True``;
+            ``False``, a string (the failure's text) or an ``AssertionError`` fail the case.
+            Ready-made properties: :mod:`meshtest.properties`.
+        :param reason: why closeness does not apply; shown in reports.
+        """
+        return CompareSpec("check", reason=reason, fn=fn)
 
     @staticmethod
     def shape(reason: str = "") -> "CompareSpec":
@@ -175,6 +203,35 @@ class CompareSpec:
         :param reason: why values cannot be compared; shown in reports.
         """
         return CompareSpec("shape", reason=reason)
+
+
+@dataclass(frozen=True)
+class ExpectRaises:
+    """An exception the case must raise on every rank, as its passing outcome.
+
+    Written in a case as ``expect_raises=(ValueError, "regex")`` or ``(ValueError, "regex",
+    "step")``.
+
+    :param exception: the exception class (a subclass matches).
+    :param match: a regular expression searched in ``str(exception)`` (``""``: any message).
+    :param step: the step it must be raised in; ``None``: ``run`` for an op case, any step for a
+        scenario.
+    """
+
+    exception: type
+    match: str = ""
+    step: Optional[str] = None
+
+    def describe(self) -> str:
+        text = self.exception.__name__ + (f" matching {self.match!r}" if self.match else "")
+        return text + (f" at step {self.step}" if self.step else "")
+
+    def matches(self, error: BaseException, step: str) -> bool:
+        """Whether ``error``, raised at ``step``, is the expected exception."""
+        import re
+
+        return (isinstance(error, self.exception) and (self.step is None or self.step == step)
+                and re.search(self.match, str(error)) is not None)
 
 
 class _Case:
@@ -204,7 +261,8 @@ class OpShardCase(_Case):
         Called once on the full inputs (reference) and once on the distributed inputs.
         With ``needs_mesh=True`` the distributed call also gets ``mesh=<DeviceMesh>`` and the
         reference call gets ``mesh=None``.
-    :param inputs: full input specs.
+    :param inputs: the inputs: an :class:`InputSpec` (the full tensor, split by the platform) or a
+        :class:`meshtest.model.local_input.LocalInput` (each rank's local tensor).
     :param placements: one tuple per input, each with one placement per mesh dimension.
     :param mesh_shape: mesh shape; the launch has ``prod(mesh_shape)`` ranks.
     :param mesh_dim_names: mesh axis names. For ordinary ops they are labels only: the planner
@@ -232,11 +290,20 @@ class OpShardCase(_Case):
         gathered output (``full_tensor``, which is differentiable), so each rank optimises the
         same full loss and ``dL/dx`` is the reference's ``x.grad``; every ``requires_grad``
         input's gathered gradient is compared with it.
+    :param output_placements: the placements each compared output must have, checked on every
+        rank before the gather (step ``placement``): one entry per output of ``fn`` (``None``
+        skips one), each one placement per mesh dimension. A wrong placement that still gathers
+        to the right values fails here.
+    :param grad_placements: the same for the gradient of each input (``None`` skips one),
+        checked after the backward.
+    :param expect_raises: ``(ExceptionClass, "regex")`` or ``(ExceptionClass, "regex", "step")``
+        (see :class:`ExpectRaises`): the case passes when every rank raises it at that step
+        (default ``run``), and fails naming what happened instead.
     """
 
     name: str
     fn: Callable[..., Any]
-    inputs: Sequence[InputSpec]
+    inputs: Sequence[Any]
     placements: Sequence[tuple]
     mesh_shape: Tuple[int, ...]
     mesh_dim_names: Optional[Tuple[str, ...]] = None
@@ -249,6 +316,9 @@ class OpShardCase(_Case):
     known_failure: Optional[str] = None
     grad_compare: Optional[CompareSpec] = None
     timeout_s: Optional[float] = None
+    output_placements: Optional[Tuple[Optional[tuple], ...]] = None
+    grad_placements: Optional[Tuple[Optional[tuple], ...]] = None
+    expect_raises: Optional[Any] = None
 
     #: op cases declare no platform features and no test-plan ID (the schema's fixed values)
     requires = ()
@@ -276,24 +346,16 @@ class OpShardCase(_Case):
         tags = rules.check_tags(file, name, self.tags)
         needs_mesh = rules.check_flag(file, name, "needs_mesh", self.needs_mesh)
         solo = rules.check_flag(file, name, "solo_launcher", self.solo_launcher)
-        if not isinstance(self.inputs, (list, tuple)) or not all(isinstance(s, InputSpec) for s in self.inputs):
-            raise CaseDeclarationError(file, name, "inputs", "inputs must be a list of InputSpec")
-        inputs = tuple(s.validate(file, name, i) for i, s in enumerate(self.inputs))
+        inputs = _check_inputs(file, name, self.inputs)
         placements = rules.check_placements(file, name, mesh_shape, [s.shape for s in inputs], self.placements)
-        derived = []
-        for i, d in enumerate(self.derived_inputs):
-            if not isinstance(d, DerivedSpec) or not callable(d.fn):
-                raise CaseDeclarationError(file, name, "derived",
-                                           f"derived_inputs[{i}] must be a DerivedSpec with a callable fn")
-            (p,) = rules.check_placements(
-                file, name, mesh_shape, [(1,) * d.ndim], [d.placements], what=f"derived_inputs[{i}]"
-            )
-            derived.append(dataclasses.replace(d, placements=p))
+        _check_partial_split(file, name, mesh_shape, inputs, placements, self.compare)
+        derived = _check_derived(file, name, mesh_shape, self.derived_inputs)
         for field_name in ("compare", "grad_compare"):
             value = getattr(self, field_name)
             if not isinstance(value, CompareSpec) and not (field_name == "grad_compare" and value is None):
                 raise CaseDeclarationError(
-                    file, name, "compare", f"{field_name} must be CompareSpec.allclose(...), .equal() or .shape()"
+                    file, name, "compare",
+                    f"{field_name} must be CompareSpec.allclose(...), .equal(), .shape() or .check(fn)"
                 )
         outs = self.compare_outputs
         if outs is not None:
@@ -305,6 +367,11 @@ class OpShardCase(_Case):
                     f"compare_outputs must be a non-empty tuple of indices >= 0; got {outs!r}"
                 )
             outs = tuple(outs)
+        out_pl = rules.check_expected_placements(file, name, mesh_shape, self.output_placements, "output_placements")
+        grad_pl = rules.check_expected_placements(file, name, mesh_shape, self.grad_placements, "grad_placements")
+        if grad_pl is not None and len(grad_pl) != len(inputs):
+            raise CaseDeclarationError(file, name, "expected-placements",
+                                       f"grad_placements has {len(grad_pl)} entries for {len(inputs)} input(s)")
         _check_timeout(file, name, self.timeout_s)
         known = self.known_failure
         if known is not None and (not isinstance(known, str) or not known.strip()):
@@ -316,10 +383,13 @@ class OpShardCase(_Case):
             tags=tags,
             inputs=inputs,
             placements=placements,
-            derived_inputs=tuple(derived),
+            derived_inputs=derived,
             compare_outputs=outs,
             needs_mesh=needs_mesh,
             solo_launcher=solo,
+            output_placements=out_pl,
+            grad_placements=grad_pl,
+            expect_raises=check_expect_raises(file, name, self.expect_raises),
         )
 
     def input_seed(self, index: int) -> int:
@@ -358,6 +428,7 @@ class ScenarioCase(_Case):
     :param known_failure: as :class:`OpShardCase` (xfail / xpass).
     :param solo_launcher: run in a launch of its own.
     :param timeout_s: the case deadline in seconds, as :class:`OpShardCase`.
+    :param expect_raises: as :class:`OpShardCase`; without a step, at any ``ctx.step``.
     """
 
     name: str
@@ -371,6 +442,7 @@ class ScenarioCase(_Case):
     known_failure: Optional[str] = None
     solo_launcher: bool = False
     timeout_s: Optional[float] = None
+    expect_raises: Optional[Any] = None
 
     #: scenarios always get the real mesh (and keep their axis names when planned)
     needs_mesh = True
@@ -395,6 +467,7 @@ class ScenarioCase(_Case):
             divergence=rules.check_reason(file, name, "divergence", self.divergence),
             known_failure=rules.check_reason(file, name, "known_failure", self.known_failure),
             solo_launcher=rules.check_flag(file, name, "solo_launcher", self.solo_launcher),
+            expect_raises=check_expect_raises(file, name, self.expect_raises),
         )
 
 
@@ -404,3 +477,79 @@ def _check_timeout(file: str, name: str, timeout_s: Any) -> None:
     if timeout_s is not None and (not number or timeout_s <= 0):
         raise CaseDeclarationError(file, name, "timeout",
                                    f"timeout_s must be a number of seconds > 0; got {timeout_s!r}")
+
+
+def _check_inputs(file: str, name: str, inputs: Any) -> Tuple[Any, ...]:
+    """Rule ``inputs``: a list of :class:`InputSpec` / ``LocalInput``, each valid."""
+    from .local_input import LocalInput
+
+    if not isinstance(inputs, (list, tuple)) or not all(isinstance(s, (InputSpec, LocalInput)) for s in inputs):
+        raise CaseDeclarationError(file, name, "inputs", "inputs must be a list of InputSpec or LocalInput")
+    return tuple(s.validate(file, name, i) for i, s in enumerate(inputs))
+
+
+def _check_derived(file: str, name: str, mesh_shape: Tuple[int, ...], derived: Any) -> Tuple[DerivedSpec, ...]:
+    out = []
+    for i, d in enumerate(derived):
+        if not isinstance(d, DerivedSpec) or not callable(d.fn):
+            raise CaseDeclarationError(file, name, "derived",
+                                       f"derived_inputs[{i}] must be a DerivedSpec with a callable fn")
+        (p,) = rules.check_placements(file, name, mesh_shape, [(1,) * d.ndim], [d.placements],
+                                      what=f"derived_inputs[{i}]")
+        out.append(dataclasses.replace(d, placements=p))
+    return tuple(out)
+
+
+def _check_partial_split(file: str, name: str, mesh_shape: Tuple[int, ...], inputs: Sequence[Any],
+                         placements: Sequence[tuple], compare: Any) -> None:
+    """Rule ``partial-split``: an :class:`InputSpec` placed ``Partial`` is split by the platform's
+    rule (torch: ``v / n`` on every rank for ``sum``; ``v`` for ``avg``/``max``/``min``). That turns
+    an integer ``sum`` into floats, and on a mesh dimension whose size is not a power of two
+    ``v / n`` summed ``n`` times (or ``n`` copies of ``v`` averaged) is not bit-equal to ``v``, so
+    ``equal()`` would fail for meshtest's own reason. Either is an error here, naming
+    ``LocalInput`` (distinct partials that reduce exactly) as the way to declare it.
+    """
+    for i, (spec, per_input) in enumerate(zip(inputs, placements)):
+        if not isinstance(spec, InputSpec):
+            continue
+        for k, p in enumerate(per_input):
+            if not isinstance(p, Partial):
+                continue
+            if p.reduce_op == "sum" and spec.dtype not in FLOAT_DTYPES:
+                raise CaseDeclarationError(
+                    file, name, "partial-split",
+                    f"inputs[{i}] is {spec.dtype} placed {p!r} on mesh dim {k}: the platform splits a full tensor "
+                    "into partial sums as v / n, which is not an integer; declare the per-rank values with "
+                    "LocalInput(shape=..., local=lambda coord: ..., dtype=...)")
+            size = mesh_shape[k]
+            inexact = p.reduce_op in ("sum", "avg") and size & (size - 1) != 0
+            if inexact and isinstance(compare, CompareSpec) and compare.kind == "equal":
+                raise CaseDeclarationError(
+                    file, name, "partial-split",
+                    f"inputs[{i}] placed {p!r} on mesh dim {k} of size {size}: the split v / {size} does not "
+                    f"reduce back to v bit for bit, so equal() would fail; compare with allclose(...) or declare "
+                    "exact partials with LocalInput")
+
+
+def check_expect_raises(file: str, name: str, value: Any) -> Optional[ExpectRaises]:
+    """Rule ``expect-raises``: ``None``, an :class:`ExpectRaises`, or ``(exc, "regex"[, "step"])``."""
+    import re
+
+    if value is None or isinstance(value, ExpectRaises):
+        spec = value
+    elif isinstance(value, tuple) and 1 <= len(value) <= 3:
+        spec = ExpectRaises(*value)
+    else:
+        raise CaseDeclarationError(file, name, "expect-raises",
+                                   f"expect_raises must be (ExceptionClass, 'regex'[, 'step']); got {value!r}")
+    if spec is None:
+        return None
+    if not (isinstance(spec.exception, type) and issubclass(spec.exception, BaseException)):
+        raise CaseDeclarationError(file, name, "expect-raises", f"{spec.exception!r} is not an exception class")
+    if not isinstance(spec.match, str) or not (spec.step is None or isinstance(spec.step, str)):
+        raise CaseDeclarationError(file, name, "expect-raises", "the regex and the step must be strings")
+    try:
+        re.compile(spec.match)
+    except re.error as e:
+        raise CaseDeclarationError(file, name, "expect-raises", f"regex {spec.match!r} does not compile: {e}") from None
+    return spec

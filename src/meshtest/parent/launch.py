@@ -202,14 +202,16 @@ def _launch_env(device_kind: str, slot_ids: Sequence[int]) -> Dict[str, str]:
 
 
 def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: float, out_dir: str,
-           lease: SlotLease, fail_fast: bool = False, master_port: Optional[int] = None,
-           header: str = "", on_poll: Optional[Callable[[RankWatcher], None]] = None) -> LaunchResult:
+           lease: SlotLease, fail_fast: bool = False, collective_checks: bool = False,
+           master_port: Optional[int] = None, header: str = "",
+           on_poll: Optional[Callable[[RankWatcher], None]] = None) -> LaunchResult:
     """Run ``group`` as one launch on the first ``world_size`` slots of ``lease``, watching it.
 
     The lease's lock files are inherited by the launch (``pass_fds``), so its slots stay held as
     long as any of its processes lives. Whatever ends the launch — exit, deadline, Ctrl-C or
     SIGTERM of the runner — its whole process group is killed afterwards: no rank survives.
 
+    :param collective_checks: the ranks turn on the platform's collective fingerprint checks.
     :param master_port: rendezvous port (``None``: the launcher picks a free one).
     :param header: a line written at the top of ``launcher.log`` (e.g. why this is a retry).
     :param on_poll: called with the :class:`RankWatcher` after each poll (progress reporting).
@@ -223,7 +225,8 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
     slot_ids = tuple(lease.slots[: group.world_size])
     LaunchPlan(group_id=group.group_id, platform=platform, device_kind=device_kind, mesh_shape=group.mesh_shape,
                mesh_dim_names=group.mesh_dim_names, out_dir=os.path.abspath(out_dir), case_timeout_s=case_timeout_s,
-               cases=group.cases, slots=slot_ids, fail_fast=fail_fast).write(plan_path)
+               cases=group.cases, slots=slot_ids, fail_fast=fail_fast,
+               collective_checks=collective_checks).write(plan_path)
     cmd = launch_command(backend_info(platform).launcher, group.world_size, ["--plan", plan_path],
                          master_port=master_port)
     t0 = time.monotonic()

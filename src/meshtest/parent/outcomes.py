@@ -69,7 +69,8 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
 
     Ranks that recorded a result keep it (a rank that passed and then waited at the
     end-of-case fence is ``waited``); each other rank is reported with the step it was in and
-    the tail of its log (where a timed-out rank's stack dump is).
+    the tail of its log (where a timed-out rank's stack dump is). Ranks that died come first,
+    then those killed or timed out, then those that recorded something.
     """
     by_rank = res.records.get(case.name, {})
     exits = rank_exit_codes(os.path.join(res.out_dir, "launcher.log"))
@@ -90,6 +91,9 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
             f"{_why_missing(rank, res, exits)}\n-- last lines of rank{rank}.log:\n{log_tail}"
             f"-- last lines of launcher.log:\n{tail(os.path.join(res.out_dir, 'launcher.log'))}")))
     slowest = max((r.duration_s for r in by_rank.values()), default=0.0)
+    # the rank that died first: its own last words matter, not its peers' "connection reset"
+    died = {r for r, code in exits.items() if code not in (0, GAVE_UP_EXIT)}
+    failures.sort(key=lambda f: (f.rank not in died, f.status not in (Status.CRASH, Status.TIMEOUT), f.rank))
     return CaseOutcome(case.name, case.file, group.group_id, group.world_size, status, slowest, None, tuple(failures),
                        launch_dir=os.path.basename(res.out_dir))
 

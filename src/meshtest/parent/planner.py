@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import SelectionError
 from ..model import rules
@@ -102,6 +102,7 @@ def select_cases(
     device_kind: str,
     tag_filters: Sequence[str] = (),
     name_patterns: Sequence[str] = (),
+    file_patterns: Optional[Mapping[str, Sequence[str]]] = None,
 ) -> List[ScannedCase]:
     """Pick the cases to run.
 
@@ -109,20 +110,28 @@ def select_cases(
     :param tag_filters: Pants ``--tag`` clauses, applied to each case's :func:`case_tags`
         exactly as Pants applies them to targets (see :func:`tag_clause_matches`; clauses
         are ANDed), so a target selected by ``--tag`` runs exactly its matching cases.
-    :param name_patterns: ``fnmatch`` patterns on case names; a case runs if any matches
-        (empty: all). Patterns that match no case raise :class:`SelectionError`.
+    :param name_patterns: ``fnmatch`` patterns on case names, for every file; a case runs if any
+        matches (empty: all).
+    :param file_patterns: file → patterns that apply to that file only (``A.py B.py::case`` runs
+        all of A and only ``case`` of B).
+    :raises SelectionError: a pattern matches no selected case.
     """
     out = [
         c for c in cases
         if any(rules.device_kind_of(t) == device_kind for t in c.tags)
         and all(tag_clause_matches(clause, case_tags(c)) for clause in tag_filters)
     ]
-    if name_patterns:
-        unmatched = [p for p in name_patterns if not any(fnmatch.fnmatchcase(c.name, p) for c in out)]
+    scoped = [("", tuple(name_patterns))] + sorted((f, tuple(p)) for f, p in (file_patterns or {}).items())
+    for file, patterns in scoped:
+        if not patterns:
+            continue
+        pool = [c for c in out if not file or c.file == file]
+        unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(c.name, p) for c in pool)]
         if unmatched:
+            where = f" in {file}" if file else ""
             raise SelectionError(
-                f"case filter {unmatched} matches no selected case (device kind {device_kind!r}, "
+                f"case filter {unmatched}{where} matches no selected case (device kind {device_kind!r}, "
                 f"tags {list(tag_filters) or 'any'}); known cases: {sorted(c.name for c in cases)[:20]}"
             )
-        out = [c for c in out if any(fnmatch.fnmatchcase(c.name, p) for p in name_patterns)]
+        out = [c for c in out if (file and c.file != file) or any(fnmatch.fnmatchcase(c.name, p) for p in patterns)]
     return out

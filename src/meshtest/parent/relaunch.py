@@ -10,6 +10,8 @@ No case is lost and none is reported passed without every rank's record:
   or crash): it is reported ``timeout``/``crash`` and the cases after it run in a fresh launch;
 - if no rank started it but earlier cases were recorded, the ranks stopped between cases (a
   failed end-of-case fence): the rest run in a fresh launch;
+- the case that timed out, or the last one recorded before a fence found the group broken, is
+  the ``suspect`` the runner may re-run alone with collective checks to diagnose;
 - a launch that recorded nothing and started nothing ends the group: its cases are reported
   ``timeout``/``crash`` (a relaunch would fail the same way).
 """
@@ -56,6 +58,8 @@ class Decision:
     :ivar not_run: cases a fail-fast stop left (reported ``not_run``).
     :ivar next_cases: the cases of the next launch, in order (empty: the group is done).
     :ivar notes: report lines explaining the decision.
+    :ivar suspect: the case to diagnose (re-run alone with collective checks): the one that timed
+        out, or the last one recorded before the end-of-case fence found the group broken.
     """
 
     complete: Tuple[str, ...] = ()
@@ -65,6 +69,7 @@ class Decision:
     next_cases: Tuple[str, ...] = ()
     retry_rendezvous: bool = False
     notes: Tuple[str, ...] = ()
+    suspect: Optional[str] = None
 
 
 def decide(remaining: Sequence[str], facts: LaunchFacts, clashes_so_far: int = 0) -> Decision:
@@ -91,11 +96,13 @@ def decide(remaining: Sequence[str], facts: LaunchFacts, clashes_so_far: int = 0
     if culprit in facts.started:
         rest, why = incomplete[1:], f"{culprit} ended its launch ({died})"
         interrupted: Tuple[str, ...] = (culprit,)
+        suspect = culprit if died is Status.TIMEOUT else None
     elif complete:
         rest, why = incomplete, ("a rank's end-of-case fence failed (the health probe after an error, or a peer "
                                  "that did not finish)")
-        interrupted = ()
+        interrupted, suspect = (), complete[-1]
     else:
         return Decision(complete, interrupted=incomplete, interrupted_status=died)
     notes = (f"relaunching {len(rest)} case(s) of {facts.group_id}: {why}",) if rest else ()
-    return Decision(complete, interrupted=interrupted, interrupted_status=died, next_cases=rest, notes=notes)
+    return Decision(complete, interrupted=interrupted, interrupted_status=died, next_cases=rest, notes=notes,
+                    suspect=suspect)

@@ -30,6 +30,7 @@ from ..report import reporter
 from ..report.html import write_html_report
 from ..report.junit import write_junit
 from ..report.results import write_results
+from ..status import Status
 from . import outcomes, relaunch
 from .launch import LaunchResult, RankWatcher, describe_exit, free_port, launch, rendezvous_clashed, salvage
 from .planner import Group, plan_groups, select_cases
@@ -45,9 +46,16 @@ class RunOptions:
     """What to run and where to put the evidence.
 
     :param tag_filters: Pants ``--tag`` style filters, see :func:`meshtest.parent.planner.select_cases`.
-    :param name_patterns: fnmatch patterns on case names.
+    :param name_patterns: fnmatch patterns on case names, for every file.
+    :param file_patterns: ``(file, patterns)`` pairs: patterns for that file only (``FILE::case``).
     :param fail_fast: stop at the first failing case (level0 gates); the cases not run are
         reported ``not_run``. Off: run everything and list every failure (level1).
+    :param collective_checks: the platform's collective fingerprint checks (ranks that enter
+        different collectives fail at once, named): ``on`` in every launch; ``auto`` (default)
+        only to diagnose — a case that timed out, or after which the process group was found
+        broken, is re-run alone with them, and what they find becomes the outcome's
+        ``diagnosis``; ``off`` never. They cost time in every collective (``tools/bench.py``
+        measures it), too much to leave on.
     """
 
     artifacts_dir: str
@@ -55,12 +63,18 @@ class RunOptions:
     device_kind: str = "cpu"
     tag_filters: Tuple[str, ...] = ()
     name_patterns: Tuple[str, ...] = ()
+    file_patterns: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
     case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S
     slots: int = DEFAULT_SLOTS
     slot_dir: str = ""
     device_need: Optional[int] = None
     target: str = ""
     fail_fast: bool = False
+    collective_checks: str = "auto"
+
+
+#: Values of ``RunOptions.collective_checks`` / ``--collective-checks``.
+COLLECTIVE_CHECKS = ("auto", "on", "off")
 
 
 @dataclass
@@ -127,7 +141,8 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
         launches += 1
         res = launch(replace(group, cases=tuple(remaining)), platform=opts.platform, device_kind=opts.device_kind,
                      case_timeout_s=opts.case_timeout_s, out_dir=sub_dir, lease=lease, fail_fast=opts.fail_fast,
-                     master_port=port, header=header, on_poll=_poller(on_progress, len(found)))
+                     collective_checks=opts.collective_checks == "on", master_port=port, header=header,
+                     on_poll=_poller(on_progress, len(found)))
         decision = relaunch.decide([c.name for c in remaining], _facts(res, group), clashes)
         if decision.retry_rendezvous:
             clashes += 1
@@ -139,12 +154,43 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
         notes.append(f"launch {os.path.basename(sub_dir)}: {group.world_size} ranks, {len(remaining)} case(s), "
                      f"{res.wall_s:.1f}s, {describe_exit(res.rc)}"
                      + (", killed at a deadline" if res.timed_out else ""))
-        found.extend(_decided_outcomes(decision, group, res, remaining))
+        decided = _decided_outcomes(decision, group, res, remaining)
+        suspect = next((o for o in decided if o.case == decision.suspect), None)
+        if opts.collective_checks == "auto" and suspect is not None and suspect.status in (Status.TIMEOUT,
+                                                                                         Status.ERROR):
+            launches += 1
+            decided = _diagnose(decided, suspect.case, group, opts, f"{out_dir}.diagnose{attempt}", lease)
+        found.extend(decided)
         notes.extend(decision.notes)
         by_name = {c.name: c for c in remaining}
         remaining = [by_name[n] for n in decision.next_cases]
         attempt += 1
     return found, notes, launches
+
+
+def _diagnose(decided: List[CaseOutcome], case_name: str, group: Group, opts: RunOptions, out_dir: str,
+              lease: SlotLease) -> List[CaseOutcome]:
+    """Re-run ``case_name`` (it timed out, or broke the group) alone with collective checks on; what
+    each rank reports becomes that outcome's ``diagnosis`` (its status stays as it was)."""
+    case = next(c for c in group.cases if c.name == case_name)
+    lease.pool.audit("launch", lease.target, lease.slots[: group.world_size], group.world_size)
+    res = launch(replace(group, cases=(case,)), platform=opts.platform, device_kind=opts.device_kind,
+                 case_timeout_s=opts.case_timeout_s, out_dir=out_dir, lease=lease, collective_checks=True,
+                 header=f"diagnosis of {case_name}: re-run alone with collective checks")
+    records = res.records.get(case_name, {})
+    seen: Dict[str, List[str]] = {}
+    for r, rec in sorted(records.items()):
+        seen.setdefault(f"{rec.status} at step {rec.step}: {_first_line(rec.error)}".rstrip(": "), []).append(str(r))
+    lines = [f"rank(s) {','.join(ranks)}: {text}" for text, ranks in seen.items()]
+    if len(records) < group.world_size:
+        lines.append(f"rank(s) {','.join(map(str, sorted(set(range(group.world_size)) - set(records))))} "
+                     "did not finish again")
+    text = f"re-run alone with collective checks ({os.path.basename(out_dir)}): " + "; ".join(lines)
+    return [replace(o, diagnosis=text) if o.case == case_name else o for o in decided]
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
 
 
 def _facts(res: LaunchResult, group: Group) -> relaunch.LaunchFacts:
@@ -223,7 +269,7 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
         raise SelectionError(e.args[0]) from None
     os.makedirs(opts.artifacts_dir, exist_ok=True)
     cases, scan_errors, scan_notes = scan_files(files)
-    selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns)
+    selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns))
     groups = plan_groups(selected)
     result = RunResult(outcomes=list(scan_errors))
     need = device_need(groups, opts.device_need)

@@ -54,7 +54,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -152,6 +152,69 @@ class ShardBackend(ABC):
             process group is broken (the launch then ends and the rest is relaunched).
         """
         return self.recover_after_failure(timeout_s)
+
+    # --- optional primitives (defaults suit a platform that lacks the capability) --------------
+
+    def coordinate(self, mesh: Any, shape: Tuple[int, ...]) -> Tuple[int, ...]:
+        """This rank's coordinate in ``mesh`` (of ``shape``), one index per mesh dimension.
+
+        Default: ``np.unravel_index(rank, shape)`` — the row-major layout of ``init_device_mesh``.
+        """
+        return tuple(int(i) for i in np.unravel_index(self.rank(), shape))
+
+    def from_local(self, array: np.ndarray, dtype: str, mesh: Any, placements: Sequence[Placement],
+                   global_shape: Tuple[int, ...], requires_grad: bool = False) -> Any:
+        """A distributed tensor of ``global_shape`` whose local part on this rank is ``array``
+        (``DTensor.from_local`` semantics; used for :class:`meshtest.model.local_input.LocalInput`).
+
+        :raises ValueError: the local's shape is not what the platform's layout of
+            ``global_shape`` by ``placements`` gives this rank (the message says both).
+        :raises NotImplementedError: the platform cannot build an input from locals (default).
+        """
+        raise NotImplementedError(f"platform {self.platform!r} cannot build a distributed input from local tensors")
+
+    def placements_of(self, tensor: Any) -> Optional[Tuple[Placement, ...]]:
+        """The placements of a distributed tensor as meshtest placements, or ``None`` for a
+        plain tensor (checked against a case's ``output_placements`` / ``grad_placements``).
+
+        :raises NotImplementedError: the platform cannot report placements (default).
+        """
+        raise NotImplementedError(f"platform {self.platform!r} cannot report a tensor's placements")
+
+    def library_paths(self) -> Tuple[str, ...]:
+        """Directories of the platform library: an ``AssertionError`` raised from a file under
+        one of them is the library's internal check failing (``error``), not the case's own
+        assertion (``fail``). Default: none."""
+        return ()
+
+    def global_state(self) -> Dict[str, Any]:
+        """The platform's process-wide settings a case could change and leave behind (default
+        dtype, grad mode, ...), by a human-readable name; values compare with ``==`` and print
+        with ``str``. Taken before and after every case; a case that changed one is reported
+        (step ``isolation``) and :meth:`restore_global_state` puts it back. Default: none."""
+        return {}
+
+    def restore_global_state(self, state: Dict[str, Any]) -> None:
+        """Put back every entry of ``state`` (a :meth:`global_state` snapshot) that differs now."""
+        return None
+
+    def seed(self, seed: int) -> None:
+        """Reset the platform's random number generators to ``seed`` before a case (every rank
+        gets the same seed), so a case's random ops do not depend on the cases before it.
+        Default: nothing."""
+        return None
+
+    def explain(self, error: BaseException) -> Optional[str]:
+        """A one-line reading of a platform error the report should lead with (e.g. which
+        collective each rank entered, from a collective-check failure), or ``None``."""
+        return None
+
+    def enable_collective_checks(self) -> bool:
+        """Called before :meth:`init` when the launch asks for collective fingerprint checks: every
+        collective first checks that all ranks entered the same one, with the same shapes and
+        dtypes, and raises naming each rank's collective otherwise. Returns whether the platform
+        did enable them (default: ``False``, not supported)."""
+        return False
 
     def features(self) -> frozenset:
         """Platform features this backend provides, from :data:`meshtest.model.rules.FEATURES`.

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import datetime
 import inspect
+import os
+import re
 import types
-from typing import Any, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -18,8 +20,9 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.distributed.tensor import Partial as TPartial
 from torch.distributed.tensor import Replicate as TReplicate
 from torch.distributed.tensor import Shard as TShard
+from torch.distributed.tensor.placement_types import _StridedShard as TStridedShard
 
-from ..model.placement import Partial, Placement, Replicate, Shard
+from ..model.placement import Partial, Placement, Replicate, Shard, StridedShard
 from .backend import ShardBackend
 
 _DTYPES = {
@@ -38,6 +41,8 @@ _NAMES = {v: k for k, v in _DTYPES.items()}
 
 def to_torch_placement(p: Placement):
     """meshtest placement → ``torch.distributed.tensor`` placement."""
+    if isinstance(p, StridedShard):
+        return TStridedShard(p.dim, split_factor=p.split_factor)
     if isinstance(p, Shard):
         return TShard(p.dim)
     if isinstance(p, Replicate):
@@ -45,6 +50,64 @@ def to_torch_placement(p: Placement):
     if isinstance(p, Partial):
         return TPartial(p.reduce_op)
     raise TypeError(f"unknown placement {p!r}")
+
+
+def from_torch_placement(p: Any) -> Placement:
+    """``torch.distributed.tensor`` placement → meshtest placement (for placement checks)."""
+    if isinstance(p, TStridedShard):
+        return StridedShard(p.dim, p.split_factor)
+    if isinstance(p, TShard):
+        return Shard(p.dim)
+    if isinstance(p, TReplicate):
+        return Replicate()
+    if isinstance(p, TPartial):
+        return Partial(str(p.reduce_op))
+    raise TypeError(f"torch placement {p!r} has no meshtest counterpart")
+
+
+#: One rank's collective in torch's collective-check message.
+_FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=\d+, "
+                          r"OpType=(\w+)(?:, TensorShape=(\[[^\]]*\]))?(?:, TensorDtypes=(\w+))?")
+
+
+def _dispatcher():
+    return DTensor._op_dispatcher
+
+
+def _pop_modes(length, pop, target: int) -> None:
+    while length() > target:
+        pop()
+
+
+def _set_handlers(handlers: dict) -> None:
+    _dispatcher()._custom_op_handlers.clear()
+    _dispatcher()._custom_op_handlers.update(handlers)
+
+
+#: The process-wide torch settings a case could leave changed: name → (read, restore). Read
+#: values compare with ``==``; ``restore(value)`` puts one back.
+_STATE = {
+    "default dtype": (torch.get_default_dtype, torch.set_default_dtype),
+    "grad mode": (torch.is_grad_enabled, torch.set_grad_enabled),
+    "inference mode": (torch.is_inference_mode_enabled, lambda on: torch.inference_mode(on).__enter__()),
+    "deterministic algorithms": (
+        lambda: (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()),
+        lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1])),
+    "anomaly mode": (lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
+                     lambda v: torch.autograd.set_detect_anomaly(v[0], check_nan=v[1])),
+    "default device": (lambda: str(torch.get_default_device()), torch.set_default_device),
+    "threads": (torch.get_num_threads, torch.set_num_threads),
+    "torch function modes": (torch._C._len_torch_function_stack,
+                             lambda n: _pop_modes(torch._C._len_torch_function_stack,
+                                                  torch._C._pop_torch_function_stack, n)),
+    "torch dispatch modes": (torch._C._len_torch_dispatch_stack,
+                             lambda n: _pop_modes(torch._C._len_torch_dispatch_stack,
+                                                  torch._C._pop_torch_dispatch_stack, n)),
+    # loss_parallel() installs DTensor op handlers for the length of its `with` block
+    "DTensor op handlers": (lambda: dict(_dispatcher()._custom_op_handlers), _set_handlers),
+    "DTensor implicit replication": (lambda: _dispatcher()._allow_implicit_replication,
+                                     lambda v: setattr(_dispatcher(), "_allow_implicit_replication", v)),
+}
 
 
 class TorchGlooBackend(ShardBackend):
@@ -60,6 +123,68 @@ class TorchGlooBackend(ShardBackend):
 
     def rank(self) -> int:
         return dist.get_rank()
+
+    def coordinate(self, mesh: Any, shape: Tuple[int, ...]) -> Tuple[int, ...]:
+        return tuple(mesh.get_coordinate())
+
+    def from_local(self, array: np.ndarray, dtype: str, mesh: Any, placements: Sequence[Placement],
+                   global_shape: Tuple[int, ...], requires_grad: bool = False) -> Any:
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        tp = [to_torch_placement(p) for p in placements]
+        expected, _ = compute_local_shape_and_global_offset(torch.Size(global_shape), mesh, tp)
+        if tuple(expected) != tuple(array.shape):
+            raise ValueError(f"rank {self.rank()}: local shape {tuple(array.shape)}, but torch lays out global shape "
+                             f"{tuple(global_shape)} placed {list(placements)} as local shape {tuple(expected)} here "
+                             "(DTensor.from_local would build an invalid DTensor)")
+        local = self.make_tensor(array, dtype)
+        d = DTensor.from_local(local, mesh, tp, run_check=False, shape=torch.Size(global_shape),
+                               stride=torch.empty(global_shape, device="meta").stride())
+        return d.detach().requires_grad_(True) if requires_grad else d
+
+    def placements_of(self, tensor: Any) -> Optional[Tuple[Placement, ...]]:
+        return tuple(from_torch_placement(p) for p in tensor.placements) if isinstance(tensor, DTensor) else None
+
+    def library_paths(self) -> Tuple[str, ...]:
+        return (os.path.dirname(torch.__file__),)
+
+    def global_state(self) -> Dict[str, Any]:
+        return {name: read() for name, (read, _) in _STATE.items()}
+
+    def restore_global_state(self, state: Dict[str, Any]) -> None:
+        for name, value in state.items():
+            read, restore = _STATE[name]
+            if read() != value:
+                restore(value)
+
+    def seed(self, seed: int) -> None:
+        """``torch.manual_seed(seed)``, and DTensor's RNG tracker dropped so that the next random
+        DTensor op builds a fresh one from that seed (torch syncs it from rank 0)."""
+        import torch.distributed.tensor._random as dtensor_random
+
+        torch.manual_seed(seed)
+        dtensor_random._rng_tracker = None
+
+    def explain(self, error: BaseException) -> Optional[str]:
+        """Reads torch's "Detected mismatch between collectives on ranks" (collective checks on):
+        ``collective mismatch: rank 0 entered ALLREDUCE [4] Float, rank 1 entered ALLGATHER [8]
+        Float``."""
+        text = str(error)
+        if "Detected mismatch between collectives" not in text:
+            return None
+        entered = _FINGERPRINT.findall(text)
+        if not entered:
+            return None
+        parts = dict.fromkeys(f"rank {r} entered {op} {shape} {dtypes}" for r, op, shape, dtypes in entered)
+        return "collective mismatch: " + ", ".join(sorted(parts))
+
+    def enable_collective_checks(self) -> bool:
+        """``TORCH_DISTRIBUTED_DEBUG=DETAIL``: gloo process groups are wrapped so that each
+        collective first compares every rank's fingerprint (op, shapes, dtypes) and raises
+        "Detected mismatch between collectives on ranks" naming them."""
+        os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+        dist.set_debug_level_from_env()
+        return True
 
     def world_size(self) -> int:
         return dist.get_world_size()

@@ -25,8 +25,11 @@ def compare_arrays(
     """Check ``actual`` against ``expected`` by ``spec``.
 
     Shape and dtype always must match. ``allclose`` checks
-    ``|actual - expected| <= atol + rtol * |expected|`` elementwise with NaNs equal
-    (NumPy's ``isclose`` rule, computed in float64); ``equal`` needs identical values.
+    ``|actual - expected| <= atol + rtol * |expected|`` elementwise (NumPy's ``isclose`` rule,
+    computed in float64); ``equal`` needs identical values. Both first require a finite reference
+    unless ``spec.allow_nonfinite`` (then NaNs at the same places are equal). ``check`` calls
+    ``spec.fn(expected, actual)``: ``None``/``True`` pass; ``False``, a string or an
+    ``AssertionError`` fail.
 
     :param expected_dtype: platform-agnostic dtype name of the reference (e.g. ``"bfloat16"``).
     :param actual_dtype: the same for the gathered output.
@@ -39,6 +42,17 @@ def compare_arrays(
         raise CompareError(f"{label}: dtype {actual_dtype} != reference dtype {expected_dtype}")
     if spec.kind == "shape":
         return
+    if spec.kind == "check":
+        _check_property(expected, actual, spec, label)
+        return
+    if expected.dtype.kind == "f" and not spec.allow_nonfinite:
+        bad = ~np.isfinite(expected)
+        if bad.any():
+            first = tuple(int(i) for i in np.argwhere(bad)[0]) if expected.ndim else ()
+            raise CompareError(
+                f"{label}: reference has NaN/Inf ({int(bad.sum())} of {expected.size} elements, first at index "
+                f"{first}: {_plain(expected[first])}); a non-finite reference compares nothing, so fix the inputs, "
+                "or opt in with allow_nonfinite=True when the op is meant to produce NaN/Inf")
     if spec.kind == "equal":
         ok = np.array_equal(expected, actual, equal_nan=expected.dtype.kind == "f")
         if not ok:
@@ -46,7 +60,7 @@ def compare_arrays(
             idx = tuple(int(i) for i in np.argwhere(bad)[0]) if expected.ndim else ()
             raise CompareError(
                 f"{label}: {int(bad.sum())} of {expected.size} elements differ (equal() expected); "
-                f"first at index {idx}: got {actual[idx]!r}, expected {expected[idx]!r}"
+                f"first at index {idx}: got {_plain(actual[idx])}, expected {_plain(expected[idx])}"
             )
         return
     e = expected.astype(np.float64)
@@ -61,3 +75,23 @@ def compare_arrays(
             f"max abs diff {float(diff[worst]):.6g} at index {tuple(int(i) for i in worst)} "
             f"(got {float(a[worst]):.6g}, expected {float(e[worst]):.6g})"
         )
+
+
+def _plain(value) -> str:
+    """A NumPy scalar as a plain number (``1.5``, not ``np.float32(1.5)``)."""
+    return repr(value.item()) if isinstance(value, np.generic) else repr(value)
+
+
+def _check_property(expected: np.ndarray, actual: np.ndarray, spec: CompareSpec, label: str) -> None:
+    try:
+        verdict = spec.fn(expected, actual)
+    except AssertionError as e:
+        raise CompareError(f"{label}: property {_name(spec.fn)} does not hold: {e}") from None
+    if verdict is None or verdict is True:
+        return
+    why = verdict if isinstance(verdict, str) else "it returned False"
+    raise CompareError(f"{label}: property {_name(spec.fn)} does not hold: {why}")
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__name__", None) or repr(fn)

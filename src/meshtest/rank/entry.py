@@ -8,6 +8,12 @@ scan, initialises the platform and the mesh, then runs each case through
 ``rank<k>.jsonl``. After every case every rank passes the end-of-case fence; a failed fence
 ends the launch with :data:`meshtest.contract.GAVE_UP_EXIT` and the runner relaunches the
 rest. At the deadline each rank dumps its Python stacks into its log (faulthandler).
+
+Case isolation: before each case the platform's RNGs are reseeded from the case's name
+(:func:`case_seed`) and its process-wide state is snapshot (``backend.global_state()``); a case
+that leaves a setting changed (``torch.set_default_dtype``, grad mode, a pushed mode, ...) is
+reported ``error`` at step ``isolation`` naming each change, and the setting is restored, so the
+next case runs clean and is not blamed.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ import os
 import signal
 import sys
 import time
+import zlib
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..contract import (
@@ -37,7 +44,7 @@ from ..contract import (
     event_to_json,
 )
 from ..errors import CaseFileError, MeshtestError
-from ..model.registry import Registry, check_against_scan, load_case_file
+from ..model.registry import BrokenCase, Registry, check_against_scan, load_case_file
 from ..model.scan import ScannedCase, scan_case_file
 from ..platforms.backend import ShardBackend, load_backend
 from ..proctree import die_with_parent
@@ -70,7 +77,7 @@ def load_cases(plan_cases: Tuple[ScannedCase, ...]) -> Tuple[Dict[str, Any], Dic
 
     :returns: (cases by name, load error by file).
     """
-    registry = Registry()
+    registry = Registry(keep_broken=True)
     cases: Dict[str, Any] = {}
     errors: Dict[str, str] = {}
     for file in dict.fromkeys(c.file for c in plan_cases):
@@ -102,16 +109,63 @@ def fails_suite(backend: ShardBackend, case: Any, status: Status) -> bool:
     return backend.any_rank(status not in (Status.PASS, Status.UNSUPPORTED))
 
 
+def case_seed(name: str) -> int:
+    """The RNG seed every rank sets before case ``name``: ``crc32(f"{name}:seed")``."""
+    return zlib.crc32(f"{name}:seed".encode())
+
+
+def _show(value: Any) -> str:
+    return f"{len(value)} entries" if isinstance(value, dict) else str(value)
+
+
+def state_changes(before: Dict[str, Any], after: Dict[str, Any]) -> List[str]:
+    """Each changed entry of two ``global_state()`` snapshots: ``default dtype torch.float32 →
+    torch.float64`` (for a dict, the keys added and removed)."""
+    changes = []
+    for name, old in before.items():
+        new = after.get(name)
+        if new == old:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            added, removed = sorted(map(str, set(new) - set(old))), sorted(map(str, set(old) - set(new)))
+            changes.append(f"{name} " + ", ".join([f"+{k}" for k in added] + [f"-{k}" for k in removed]))
+        else:
+            changes.append(f"{name} {_show(old)} → {_show(new)}")
+    return changes
+
+
+def isolated(result: pipeline.StepResult, changes: List[str]) -> pipeline.StepResult:
+    """``result`` of a case that left ``changes`` behind: ``error`` at step ``isolation`` (the
+    case's own failure, if any, follows in the message)."""
+    if not changes:
+        return result
+    text = (f"the case changed process-wide state and did not restore it: {'; '.join(changes)} "
+            "(restored before the next case)")
+    if result.status is not Status.PASS:
+        text += f"\nbefore that, the case itself: {result.status} at step {result.step}: {result.error}"
+    return pipeline.StepResult(Status.ERROR, "isolation", text, result.notes)
+
+
 def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: ShardBackend, mesh: Any,
             out: RankStream) -> Status:
-    """Run one case under its deadline and record it; returns the raw status."""
+    """Run one case under its deadline, isolated from the cases around it, and record it;
+    returns the raw status."""
     timeout_s = deadline_s(case, plan)
     out.emit(CaseStarted(case.name, time.time(), timeout_s))
     log.info("case %s: start (deadline %.0fs)", case.name, timeout_s)
     # At the deadline every thread's stack goes to this rank's log, before the runner kills the launch.
     faulthandler.dump_traceback_later(timeout_s, exit=False, file=sys.stderr)
     t0 = time.perf_counter()
-    result = pipeline.run(case, backend, mesh, lambda step: out.emit(StepEntered(case.name, step)))
+    if isinstance(case, BrokenCase):
+        result = pipeline.StepResult(Status.ERROR, "register", case.error)
+    else:
+        before = backend.global_state()
+        backend.seed(case_seed(case.name))
+        result = pipeline.run(case, backend, mesh, lambda step: out.emit(StepEntered(case.name, step)))
+        changes = state_changes(before, backend.global_state())
+        if changes:
+            backend.restore_global_state(before)
+        result = isolated(result, changes)
     faulthandler.cancel_dump_traceback_later()
     out.emit(RankRecord(case.name, sc.file, plan.group_id, rank,
                         with_known_failure(result.status, case.known_failure is not None), result.step,
@@ -143,18 +197,25 @@ def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend
     # cases: shorter than that case's deadline, and long enough for a peer that is legitimately
     # slow inside a long case (a rank waiting for it at the fence waits this long at most).
     pg_timeout_s = max(deadline_s(cases.get(sc.name), plan) for sc in plan.cases) / 2
+    if plan.collective_checks and not backend.enable_collective_checks():
+        log.info("platform %s has no collective fingerprint checks; running without", plan.platform)
     backend.init(plan.device_kind, timeout_s=pg_timeout_s)
     if backend.world_size() != math.prod(plan.mesh_shape):  # nproc == prod(mesh_shape) (seed 000 §3.4)
         raise RuntimeError(f"launch {plan.group_id} has {backend.world_size()} ranks but its mesh "
                            f"{plan.mesh_shape} needs {math.prod(plan.mesh_shape)}")
-    mesh = backend.make_mesh(plan.mesh_shape, plan.mesh_dim_names)
+    meshes = {plan.mesh_dim_names: backend.make_mesh(plan.mesh_shape, plan.mesh_dim_names)}
     for sc in plan.cases:
         case = cases.get(sc.name)
         if sc.file in load_errors:
             out.emit(RankRecord(sc.name, sc.file, plan.group_id, rank, Status.ERROR, "load", 0.0, load_errors[sc.file]))
             status = Status.ERROR
         else:
-            status = run_one(case, sc, plan, rank, backend, mesh, out)
+            # an op case whose axis names are labels still sees them (x.device_mesh["tp"]): the launch
+            # keeps one mesh per set of names, over the same ranks (every rank makes it, in plan order)
+            names = sc.mesh_dim_names or plan.mesh_dim_names
+            if names not in meshes:
+                meshes[names] = backend.make_mesh(plan.mesh_shape, names)
+            status = run_one(case, sc, plan, rank, backend, meshes[names], out)
         # Every rank, after every case: a bounded barrier. A rank that skipped a collective waits
         # here instead of pairing with its peers' next case. Only rank 0 applies the fence timeout
         # (gloo's monitored_barrier); the others wait at most the process-group timeout, which the

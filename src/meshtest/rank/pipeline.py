@@ -1,20 +1,33 @@
 """The per-case pipeline on one rank, free of process concerns (seed 000 §3.3, §8.7).
 
-An op case runs ``build → (derive) → reference → distribute → run → gather → compare``, then
-``backward`` when an input ``requires_grad``; a scenario runs its function after the
-platform-feature check. Both return a :class:`StepResult`; neither raises for a case's own
+An op case runs ``build → (derive) → reference → distribute → run → placement → gather →
+compare``, then ``backward`` when an input ``requires_grad``; a scenario runs its function after
+the platform-feature check. Both return a :class:`StepResult`; neither raises for a case's own
 failure, so the harness (:mod:`meshtest.rank.entry`) runs the next case whatever happened.
+
+How an exception becomes a status (:func:`_from_exception`):
+
+- the case's ``expect_raises`` matches it (type, message regex, step) → ``pass``;
+- ``expect_raises`` is set and something else was raised → ``fail``, naming both;
+- a comparison (:class:`CompareError`) or a scenario's own ``assert`` → ``fail``;
+- an ``AssertionError`` raised inside the platform library (a file under
+  ``backend.library_paths()``) → ``error``: the library's internal check, not the case's;
+- ``SystemExit`` (``sys.exit(0)`` inside the case) → ``error`` "exited with code 0 inside the case";
+- anything else → ``error``, led by the platform's one-line reading of it when it has one
+  (``backend.explain``: e.g. which collective each rank entered).
 """
 from __future__ import annotations
 
 import logging
+import os
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..model.spec import OpShardCase, ScenarioCase, numpy_dtype
+from ..model.local_input import LocalInput, assemble
+from ..model.spec import ExpectRaises, OpShardCase, ScenarioCase, numpy_dtype
 from ..platforms.backend import ShardBackend
 from ..status import Status
 from .compare import CompareError, compare_arrays
@@ -34,7 +47,7 @@ class StepResult:
         exception) or ``unsupported`` (a scenario needs a feature the platform lacks).
     :ivar step: the last step reached (the failing one for fail/error).
     :ivar error: the message, with the last frames of the traceback for errors.
-    :ivar notes: a scenario's ``ctx.note`` lines.
+    :ivar notes: a scenario's ``ctx.note`` lines (and "raised as expected" for ``expect_raises``).
     """
 
     status: Status
@@ -52,6 +65,54 @@ def _trace(e: BaseException, limit: int = -4) -> str:
     return f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=limit)}"
 
 
+def _raised_under(e: BaseException, roots: Sequence[str]) -> Optional[str]:
+    """``file:line`` where ``e`` was raised, if that file lies under one of ``roots``."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return None
+    path = os.path.abspath(tb.tb_frame.f_code.co_filename)
+    if any(path.startswith(os.path.join(os.path.abspath(r), "")) for r in roots):
+        return f"{path}:{tb.tb_lineno}"
+    return None
+
+
+def _from_exception(e: BaseException, step: str, backend: ShardBackend, expect: Optional[ExpectRaises],
+                    default_step: Optional[str], notes: Tuple[str, ...] = (), own_asserts: bool = False) -> StepResult:
+    """The status of a case that raised ``e`` at ``step`` (see the module docstring)."""
+    if expect is not None:
+        wanted = ExpectRaises(expect.exception, expect.match, expect.step or default_step)
+        if wanted.matches(e, step):
+            return StepResult(Status.PASS, step, "", notes + (f"raised as expected: {type(e).__name__}: {e}",))
+        return StepResult(Status.FAIL, step, f"expected {wanted.describe()}; got {type(e).__name__} at step {step}: "
+                                             f"{e}\n{traceback.format_exc(limit=-3)}", notes)
+    if isinstance(e, SystemExit):
+        return StepResult(Status.ERROR, step, f"exited with code {e.code} inside the case (SystemExit at step {step}): "
+                                              f"a case must not end its rank process\n{traceback.format_exc(limit=-3)}",
+                          notes)
+    if isinstance(e, CompareError):
+        return StepResult(Status.FAIL, step, str(e), notes)
+    if isinstance(e, AssertionError):
+        where = _raised_under(e, backend.library_paths())
+        if where is not None:
+            return StepResult(Status.ERROR, step, f"AssertionError raised inside {backend.platform} ({where}): the "
+                                                  f"platform's internal check, not the case's\n{_trace(e)}", notes)
+        if own_asserts:
+            return StepResult(Status.FAIL, step, _trace(e, limit=-3), notes)
+    reading = backend.explain(e)
+    return StepResult(Status.ERROR, step, (f"{reading}\n" if reading else "") + _trace(e), notes)
+
+
+def _completed(step: str, expect: Optional[ExpectRaises], default_step: Optional[str],
+               notes: Tuple[str, ...] = ()) -> StepResult:
+    if expect is not None:
+        wanted = ExpectRaises(expect.exception, expect.match, expect.step or default_step)
+        return StepResult(Status.FAIL, step, f"expected {wanted.describe()}; the case completed without raising "
+                                             f"(last step {step})", notes)
+    return StepResult(Status.PASS, step, "", notes)
+
+
 def run(case: Any, backend: ShardBackend, mesh: Any, on_step: OnStep = None) -> StepResult:
     """Run ``case`` of any kind on this rank (see :func:`run_case`, :func:`run_scenario`)."""
     if isinstance(case, ScenarioCase):
@@ -59,61 +120,96 @@ def run(case: Any, backend: ShardBackend, mesh: Any, on_step: OnStep = None) -> 
     return run_case(case, backend, mesh, on_step)
 
 
+class _Steps:
+    """The step a case is in: logged (so a hang's rank log shows it) and reported to ``on_step``."""
+
+    def __init__(self, case: str, on_step: OnStep) -> None:
+        self.case, self.on_step, self.current = case, on_step, "build"
+
+    def enter(self, name: str) -> None:
+        self.current = name
+        log.info("case %s: step %s", self.case, name)
+        if self.on_step is not None:
+            self.on_step(name)
+
+
 def run_case(case: OpShardCase, backend: ShardBackend, mesh: Any, on_step: OnStep = None) -> StepResult:
-    """Run one op case's pipeline on this rank.
-
-    A :class:`CompareError` is ``fail`` at its step; any other exception is ``error`` at the
-    step it happened in.
-    """
-    step = "build"
-
-    def enter(name: str) -> str:  # each step is logged, so a hang's rank log shows where it is
-        log.info("case %s: step %s", case.name, name)
-        if on_step is not None:
-            on_step(name)
-        return name
-
+    """Run one op case's pipeline on this rank (statuses: see the module docstring)."""
+    steps = _Steps(case.name, on_step)
     try:
-        enter(step)
-        full = [backend.make_tensor(s.build_numpy(case.input_seed(i)), s.dtype, s.requires_grad)
-                for i, s in enumerate(case.inputs)]
-        step = enter("derive")
-        derived = [d.fn(*[backend.clone(t) for t in full]) for d in case.derived_inputs]
-        step = enter("reference")
-        ref_inputs = [backend.clone(t) for t in full + derived]
-        expected = _outputs(case.fn(*ref_inputs, **({"mesh": None} if case.needs_mesh else {})), backend,
-                            "fn (reference)")
-        step = enter("distribute")
-        placements = list(case.placements) + [d.placements for d in case.derived_inputs]
-        dist_inputs = [backend.distribute(t, mesh, p) for t, p in zip(full + derived, placements)]
-        step = enter("run")
-        actual = _outputs(case.fn(*dist_inputs, **({"mesh": mesh} if case.needs_mesh else {})), backend,
-                          "fn (distributed)")
-        if len(actual) != len(expected):
-            raise ValueError(f"fn returned {len(actual)} output(s) distributed but {len(expected)} on the reference")
-        step = enter("gather")
-        gathered = [(i, backend.local_to_global(o)) for i, o in _select(actual, case)]
-        step = enter("compare")
-        for i, g in gathered:
-            if not backend.is_tensor(expected[i]) or not backend.is_tensor(g):
-                raise TypeError(f"output[{i}] is {type(g).__name__}, not a tensor; compare_outputs can leave it out")
-            _compare(backend, expected[i], g, case.compare, f"output[{i}]")
-        if case.needs_grad:
-            step = enter("backward")
-            _check_gradients(case, backend, expected, gathered, ref_inputs, dist_inputs)
-        return StepResult(Status.PASS, step)
-    except CompareError as e:
-        return StepResult(Status.FAIL, step, str(e))
+        _op_pipeline(case, backend, mesh, steps)
     except Exception as e:  # a case's own error must not stop the others
-        return StepResult(Status.ERROR, step, _trace(e))
+        return _from_exception(e, steps.current, backend, case.expect_raises, "run")
+    except SystemExit as e:
+        return _from_exception(e, steps.current, backend, case.expect_raises, "run")
+    return _completed(steps.current, case.expect_raises, "run")
+
+
+def _op_pipeline(case: OpShardCase, backend: ShardBackend, mesh: Any, steps: _Steps) -> None:
+    steps.enter("build")
+    full, local_of = _build(case, backend, mesh)
+    steps.enter("derive")
+    derived = [d.fn(*[backend.clone(t) for t in full]) for d in case.derived_inputs]
+    steps.enter("reference")
+    ref_inputs = [backend.clone(t) for t in full + derived]
+    expected = _outputs(case.fn(*ref_inputs, **({"mesh": None} if case.needs_mesh else {})), backend,
+                        "fn (reference)")
+    steps.enter("distribute")
+    dist_inputs = [local_of(i) if local_of(i) is not None else backend.distribute(t, mesh, case.placements[i])
+                   for i, t in enumerate(full)]
+    dist_inputs += [backend.distribute(t, mesh, d.placements) for t, d in zip(derived, case.derived_inputs)]
+    steps.enter("run")
+    actual = _outputs(case.fn(*dist_inputs, **({"mesh": mesh} if case.needs_mesh else {})), backend,
+                      "fn (distributed)")
+    if len(actual) != len(expected):
+        raise ValueError(f"fn returned {len(actual)} output(s) distributed but {len(expected)} on the reference")
+    if case.output_placements is not None:
+        steps.enter("placement")
+        _check_placements(backend, case.output_placements, actual, "output")
+    steps.enter("gather")
+    gathered = [(i, backend.local_to_global(o)) for i, o in _select(actual, case)]
+    steps.enter("compare")
+    for i, g in gathered:
+        if not backend.is_tensor(expected[i]) or not backend.is_tensor(g):
+            raise TypeError(f"output[{i}] is {type(g).__name__}, not a tensor; compare_outputs can leave it out")
+        _compare(backend, expected[i], g, case.compare, f"output[{i}]")
+    if case.needs_grad:
+        steps.enter("backward")
+        _backward(case, backend, expected, gathered)
+        if case.grad_placements is not None:
+            steps.enter("placement")
+            grads = [backend.grad_of(t) if s.requires_grad else None for s, t in zip(case.inputs, dist_inputs)]
+            _check_placements(backend, case.grad_placements, grads, "grad of input")
+            steps.enter("backward")
+        _compare_gradients(case, backend, ref_inputs, dist_inputs)
+
+
+def _build(case: OpShardCase, backend: ShardBackend, mesh: Any):
+    """The full (reference) inputs, and for each input declared by locals, its distributed
+    tensor (``local_of(i)``; ``None`` for an :class:`InputSpec`, which is distributed later)."""
+    full, dist = [], {}
+    for i, s in enumerate(case.inputs):
+        if isinstance(s, LocalInput):
+            try:
+                whole, locals_ = assemble(s, case.mesh_shape, case.placements[i], numpy_dtype(s.dtype))
+            except ValueError as e:
+                raise ValueError(f"inputs[{i}] (LocalInput): {e}") from None
+            full.append(backend.make_tensor(whole, s.dtype, s.requires_grad))
+            dist[i] = (locals_, s)
+        else:
+            full.append(backend.make_tensor(s.build_numpy(case.input_seed(i)), s.dtype, s.requires_grad))
+    coord = backend.coordinate(mesh, case.mesh_shape) if dist else None
+    made = {i: backend.from_local(locals_[coord], s.dtype, mesh, case.placements[i], s.shape, s.requires_grad)
+            for i, (locals_, s) in dist.items()}
+    return full, made.get
 
 
 def run_scenario(case: ScenarioCase, backend: ShardBackend, mesh: Any, on_step: OnStep = None) -> StepResult:
     """Run one scenario on this rank.
 
     Before anything runs, ``case.requires`` is checked against ``backend.features()``: a
-    missing feature gives ``unsupported`` at step ``features``, naming it. Then ``case.fn(ctx)``:
-    ``AssertionError`` → ``fail``, any other exception → ``error``, at ``ctx``'s current step.
+    missing feature gives ``unsupported`` at step ``features``, naming it. Then ``case.fn(ctx)``
+    (statuses: see the module docstring; the scenario's own ``assert`` is ``fail``).
     """
     try:
         missing = [f for f in case.requires if f not in backend.features()]
@@ -130,11 +226,28 @@ def run_scenario(case: ScenarioCase, backend: ShardBackend, mesh: Any, on_step: 
     ctx.step("run")
     try:
         case.fn(ctx)
-        return StepResult(Status.PASS, ctx.current_step, "", tuple(ctx.notes))
-    except AssertionError as e:
-        return StepResult(Status.FAIL, ctx.current_step, _trace(e, limit=-3), tuple(ctx.notes))
-    except Exception as e:  # a case's own error must not stop the others
-        return StepResult(Status.ERROR, ctx.current_step, _trace(e), tuple(ctx.notes))
+    except (Exception, SystemExit) as e:  # a case's own error must not stop the others
+        return _from_exception(e, ctx.current_step, backend, case.expect_raises, None, tuple(ctx.notes),
+                               own_asserts=True)
+    return _completed(ctx.current_step, case.expect_raises, None, tuple(ctx.notes))
+
+
+def _check_placements(backend: ShardBackend, expected: Sequence[Optional[tuple]], tensors: Sequence[Any],
+                      what: str) -> None:
+    """Each tensor's placements equal the declared ones (``None`` entries are not checked).
+
+    :raises CompareError: naming the tensor, the expected and the actual placements.
+    """
+    if len(expected) != len(tensors):
+        raise CompareError(f"{len(expected)} expected {what} placement(s) declared for {len(tensors)} {what}(s)")
+    for i, (want, t) in enumerate(zip(expected, tensors)):
+        if want is None:
+            continue
+        got = backend.placements_of(t) if t is not None else None
+        if got is None:
+            raise CompareError(f"{what}[{i}]: placements {tuple(want)} expected, but it is not a distributed tensor")
+        if tuple(got) != tuple(want):
+            raise CompareError(f"{what}[{i}]: placements {tuple(got)} != expected {tuple(want)}")
 
 
 def _outputs(obj: Any, backend: ShardBackend, what: str) -> Tuple[Any, ...]:
@@ -161,11 +274,11 @@ def _compare(backend: ShardBackend, expected: Any, actual: Any, spec, label: str
                    backend.dtype_name(actual), spec, label=label)
 
 
-def _check_gradients(case: OpShardCase, backend: ShardBackend, expected, gathered, ref_inputs, dist_inputs) -> None:
-    """Back-propagate ``L = sum_i sum(out_i * G_i)`` on both paths and compare input gradients.
+def _backward(case: OpShardCase, backend: ShardBackend, expected, gathered) -> None:
+    """Back-propagate ``L = sum_i sum(out_i * G_i)`` on both paths.
 
     Only float outputs enter the loss (integer outputs such as indices have no gradient).
-    :raises CompareError: a gradient differs; ``ValueError``: no float output to differentiate.
+    :raises ValueError: no float output to differentiate.
     """
     ref_outs, dist_outs, grads = [], [], []
     for i, g in gathered:
@@ -180,6 +293,13 @@ def _check_gradients(case: OpShardCase, backend: ShardBackend, expected, gathere
         raise ValueError("requires_grad inputs but no compared float output to back-propagate from")
     backend.backward(ref_outs, grads)
     backend.backward(dist_outs, [backend.clone(g) for g in grads])
+
+
+def _compare_gradients(case: OpShardCase, backend: ShardBackend, ref_inputs, dist_inputs) -> None:
+    """Compare every ``requires_grad`` input's gathered gradient with the reference's.
+
+    :raises CompareError: a gradient differs; ``ValueError``: a path has no gradient.
+    """
     spec = case.grad_compare or case.compare
     for k, spec_in in enumerate(case.inputs):
         if not spec_in.requires_grad:

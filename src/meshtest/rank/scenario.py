@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional
 
-from ..model.spec import CompareSpec
+from ..model.spec import DEFAULT_ATOL, DEFAULT_RTOL, CompareSpec
 from .compare import compare_arrays
 
 
@@ -48,18 +48,22 @@ class ScenarioContext:
         """Attach a line to this rank's result (measured figures, what was observed)."""
         self.notes.append(str(text))
 
-    def assert_close(self, actual: Any, expected: Any, *, rtol: float, atol: float, label: str = "output") -> None:
+    def assert_close(self, actual: Any, expected: Any, *, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+                     label: str = "output", allow_nonfinite: bool = False) -> None:
         """Check two full (plain) tensors with ``|actual - expected| <= atol + rtol * |expected|``
-        elementwise, shape and dtype equal (:func:`meshtest.rank.compare.compare_arrays`).
+        elementwise, shape and dtype equal (:func:`meshtest.rank.compare.compare_arrays`). The
+        defaults are :meth:`CompareSpec.allclose`'s (torch's float32 tolerances); a non-finite
+        ``expected`` fails unless ``allow_nonfinite``.
 
         :raises meshtest.rank.compare.CompareError: (an ``AssertionError``) naming ``label`` and the
             worst element.
         """
-        self._compare(actual, expected, CompareSpec.allclose(rtol=rtol, atol=atol), label)
+        self._compare(actual, expected, CompareSpec.allclose(rtol=rtol, atol=atol, allow_nonfinite=allow_nonfinite),
+                      label)
 
-    def assert_equal(self, actual: Any, expected: Any, label: str = "output") -> None:
+    def assert_equal(self, actual: Any, expected: Any, label: str = "output", allow_nonfinite: bool = False) -> None:
         """Bitwise-equal values, shape and dtype. :raises meshtest.rank.compare.CompareError:"""
-        self._compare(actual, expected, CompareSpec.equal(), label)
+        self._compare(actual, expected, CompareSpec.equal(allow_nonfinite=allow_nonfinite), label)
 
     def _compare(self, actual: Any, expected: Any, spec: CompareSpec, label: str) -> None:
         b = self.backend

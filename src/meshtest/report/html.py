@@ -38,7 +38,8 @@ pre{margin:2px 0;white-space:pre-wrap;max-width:70em;font-size:12px}
 {% if row.spec_id %} <small>[{{ row.spec_id }}]</small>{% endif %}
 {% if row.known_failure %}<br><small>known failure: {{ row.known_failure }}</small>{% endif %}
 {% if row.divergence %}<br><small class="divergence">divergence from spec: {{ row.divergence }}</small>{% endif %}
-{% if row.detail %}<pre class="detail">{{ row.detail }}</pre>{% endif %}</td>
+{% if row.detail %}<pre class="detail">{{ row.detail }}</pre>{% endif %}
+{% if row.diagnosis %}<pre class="diagnosis">diagnosis: {{ row.diagnosis }}</pre>{% endif %}</td>
 <td>{{ row.world_size }}</td><td>{{ row.launch }}</td><td>{{ "%.3f"|format(row.slowest_s) }}</td>
 {% for cell in row.cells %}<td class="rank {{ cell.status }}">{{ cell.status }}
 {%- if cell.step %} @ {{ cell.step }}{% endif %}

@@ -22,6 +22,8 @@ def _message(o: CaseOutcome) -> str:
     for f in o.failures:
         first = (f.error.strip().splitlines() or [""])[0]
         parts.append(f"rank {f.rank_label}: {f.status} at step {f.step}: {first}")
+    if o.diagnosis:
+        parts.append(f"diagnosis: {o.diagnosis}")
     return "; ".join(dict.fromkeys(parts)) or o.status.value
 
 

@@ -10,6 +10,7 @@ failure / failing), see :func:`spec_table`.
 """
 from __future__ import annotations
 
+import re
 from typing import Dict, Iterable, List, Sequence, TextIO
 
 from ..contract import CaseOutcome
@@ -20,8 +21,16 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
 
+def _same_on_every_rank(text: str, rank: str) -> str:
+    """``text`` with its own rank number masked (``out (rank 1)`` → ``out (rank *)``), so that the
+    same failure on several ranks groups into one line."""
+    return re.sub(rf"\b(rank\s?=?\s?){re.escape(rank)}\b", r"\1*", text) if rank != "-" else text
+
+
 def format_outcome(o: CaseOutcome) -> str:
-    """One report line; for failures, further indented lines per distinct (step, error)."""
+    """One report line; for failures, further indented lines per distinct (status, step, error),
+    each naming its ranks (the same error on several ranks, up to the rank's own number, prints
+    once)."""
     head = f"{o.status.value.upper():<7} {o.case}  [w{o.world_size} {o.group}]  {o.slowest_s:.3f}s"
     if o.slowest_rank is not None:
         head += f" (slowest rank {o.slowest_rank})"
@@ -36,9 +45,12 @@ def format_outcome(o: CaseOutcome) -> str:
     lines = [head + f"  {o.file}"]
     seen: Dict[tuple, List[str]] = {}
     for f in o.failures:
-        seen.setdefault((f.status, f.step, _first_line(f.error)), []).append(f.rank_label)
+        key = (f.status, f.step, _same_on_every_rank(_first_line(f.error), f.rank_label))
+        seen.setdefault(key, []).append(f.rank_label)
     for (status, step, err), ranks in seen.items():
         lines.append(f"        rank(s) {','.join(ranks)}: {status} at step {step}: {err}")
+    if o.diagnosis:
+        lines.append(f"        diagnosis: {o.diagnosis}")
     detail = next((f.error for f in o.failures if "\n" in f.error.strip()), "")
     if detail:
         lines.extend("          | " + ln for ln in detail.strip().splitlines()[-8:])
