@@ -283,7 +283,7 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             emit(scan_notes)
             emit([reporter.format_outcome(o) for o in scan_errors])
             if groups:
-                _run_on_slots(groups, opts, need, opts.target or ",".join(files), len(selected), result, emit, stream)
+                _run_on_slots(groups, opts, need, opts.target or _label(files), len(selected), result, emit, stream)
         except BaseException as e:  # SIGTERM (SystemExit), Ctrl-C: keep what was recorded so far
             salvaged = _salvage_in_flight(result)
             result.outcomes.extend(salvaged)
@@ -312,6 +312,12 @@ def _run_on_slots(groups: Sequence[Group], opts: RunOptions, need: int, label: s
             _run_groups(groups, opts, lease, result, emit, board)
         finally:
             board.finish(len(result.outcomes) - before)
+
+
+def _label(files: Sequence[str]) -> str:
+    """How a run without a ``--target`` names itself in progress lines and the slot audit log:
+    its files, or the first and a count (a progress line must not list 30 files)."""
+    return ",".join(files) if len(files) <= 3 else f"{files[0]} and {len(files) - 1} more file(s)"
 
 
 def _salvage_in_flight(result: RunResult) -> List[CaseOutcome]:
