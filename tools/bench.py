@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark (prints figures; asserts nothing): suite walls and launches, and slot packing.
 
-Usage: ``python3 tools/bench.py [--skip-suite] [--skip-packing] [--scale 0.1]``
+Usage: ``python3 tools/bench.py [--skip-suite] [--skip-packing] [--scale 0.1]
+[--verdicts --python PY [--before REF]]``
 
 1. Suite, in a throwaway clone (the working tree is never edited), with pantsd off:
    cold ``cpu_level0`` run (a fresh test-env value makes every cache key new), identical warm rerun, a run
@@ -13,6 +14,12 @@ Usage: ``python3 tools/bench.py [--skip-suite] [--skip-packing] [--scale 0.1]``
    executor as configured), durations scaled by ``--scale``; its slot-time utilization is set
    next to the seed's plan (seed 000 §8.6: groups packed first-fit-decreasing into 8-card
    batches that run one after another, each lasting as long as its longest group) on the same mix.
+3. ``--verdicts`` (needs ``--python``, an interpreter with torch: see README "Running without
+   Pants"): the per-case cost of case isolation (state snapshot, reseed, compare; in one
+   process), the per-case cost of collective checks (a 2-rank DTensor workload with and without
+   ``TORCH_DISTRIBUTED_DEBUG=DETAIL``), and with ``--before REF`` the cpu_level0 main job's wall
+   through the CLI (``python -m meshtest run cases/torch/case_*.py --tag cpu_level0``) at REF and
+   at the working tree, alternated twice so machine noise hits both, side by side.
 """
 from __future__ import annotations
 
@@ -135,16 +142,117 @@ def bench_packing(scale: float) -> None:
     print(f"{'meshtest: slot pool, 4 requesters (peak ' + str(peak) + ')':46} {sim_make:10.1f} {sim_util:15.1%}")
 
 
+_ISOLATION = """
+import time
+from meshtest.platforms.torch_gloo import TorchGlooBackend
+from meshtest.rank.entry import case_seed, state_changes
+b, n = TorchGlooBackend(), 2000
+t = time.perf_counter()
+for i in range(n):
+    before = b.global_state()
+    b.seed(case_seed(f"c{i}"))
+    state_changes(before, b.global_state())
+print((time.perf_counter() - t) / n * 1e6)
+"""
+
+_COLLECTIVES = """
+import os, sys, time, torch, torch.distributed as dist
+if sys.argv[1] == "on":
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    dist.set_debug_level_from_env()
+dist.init_process_group("gloo")
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+mesh = init_device_mesh("cpu", (2,))
+def case():  # distribute two inputs, a matmul, a reduction, a gather: 4 collectives
+    x = distribute_tensor(torch.randn(16, 16), mesh, [Shard(0)])
+    w = distribute_tensor(torch.randn(16, 16), mesh, [Replicate()])
+    return (x @ w).relu().sum(dim=1).full_tensor()
+for _ in range(5):
+    case()
+dist.barrier()
+t, n = time.perf_counter(), 200
+for _ in range(n):
+    case()
+dist.barrier()
+if dist.get_rank() == 0:
+    print("MS", (time.perf_counter() - t) / n * 1e3, flush=True)
+os._exit(0)
+"""
+
+
+def _run_py(python: str, code: str, *args: str, cwd: str = ROOT) -> str:
+    env = {**os.environ, "PYTHONPATH": os.path.join(cwd, "src"), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([python, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def _collectives_ms(python: str, mode: str) -> float:
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "collectives.py")
+        with open(script, "w") as f:
+            f.write(_COLLECTIVES)
+        cmd = [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", script, mode]
+        out = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                             check=True).stdout
+    return float(next(line.split()[1] for line in out.splitlines() if line.startswith("MS ")))
+
+
+def _main_job_wall(python: str, tree: str) -> float:
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [python, "-m", "meshtest", "run", *sorted(_case_files(tree)), "--tag", "cpu_level0",
+               "--artifacts-dir", out, "--slot-dir", os.path.join(out, "slots")]
+        t0 = time.monotonic()
+        subprocess.run(cmd, cwd=tree, env={**os.environ, "PYTHONPATH": os.path.join(tree, "src")},
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return time.monotonic() - t0
+
+
+def _case_files(tree: str) -> List[str]:
+    d = os.path.join(tree, "cases", "torch")
+    return [os.path.join("cases", "torch", n) for n in os.listdir(d) if n.startswith("case_") and n.endswith(".py")]
+
+
+def bench_verdicts(python: str, before: str) -> None:
+    iso_us = float(_run_py(python, _ISOLATION).strip())
+    off, on = _collectives_ms(python, "off"), _collectives_ms(python, "on")
+    print("\nverdict features, per case")
+    print(f"  isolation (snapshot + reseed + compare, torch): {iso_us:8.1f} us")
+    print(f"  2-rank DTensor case, 4 collectives: {off:6.2f} ms; with collective checks {on:6.2f} ms "
+          f"(+{on - off:.2f} ms, x{on / off:.1f})")
+    if not before:
+        return
+    with tempfile.TemporaryDirectory() as old:
+        subprocess.run(["git", "worktree", "add", "-q", "--detach", old, before], cwd=ROOT, check=True)
+        try:
+            walls: dict = {before: [], "working tree": []}
+            for _ in range(2):
+                walls[before].append(_main_job_wall(python, old))
+                walls["working tree"].append(_main_job_wall(python, ROOT))
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", old], cwd=ROOT, check=False)
+    print("  cpu_level0 main job through the CLI (op cases), alternated:")
+    for name, ws in walls.items():
+        print(f"    {name:14} " + ", ".join(f"{w:.1f} s" for w in ws) + f"  (best {min(ws):.1f} s)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-suite", action="store_true")
     ap.add_argument("--skip-packing", action="store_true")
     ap.add_argument("--scale", type=float, default=0.1, help="time scale of the packing simulation")
+    ap.add_argument("--verdicts", action="store_true", help="the cost of case isolation and collective checks")
+    ap.add_argument("--python", default="", help="an interpreter with torch (for --verdicts)")
+    ap.add_argument("--before", default="", metavar="REF", help="with --verdicts: main job wall at REF vs now")
     args = ap.parse_args()
     if not args.skip_suite:
         bench_suite()
     if not args.skip_packing:
         bench_packing(args.scale)
+    if args.verdicts:
+        if not args.python:
+            ap.error("--verdicts needs --python: an interpreter with torch installed")
+        bench_verdicts(args.python, args.before)
     return 0
 
 
