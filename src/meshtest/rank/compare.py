@@ -46,35 +46,47 @@ def compare_arrays(
         _check_property(expected, actual, spec, label)
         return
     if expected.dtype.kind == "f" and not spec.allow_nonfinite:
-        bad = ~np.isfinite(expected)
-        if bad.any():
-            first = tuple(int(i) for i in np.argwhere(bad)[0]) if expected.ndim else ()
-            raise CompareError(
-                f"{label}: reference has NaN/Inf ({int(bad.sum())} of {expected.size} elements, first at index "
-                f"{first}: {_plain(expected[first])}); a non-finite reference compares nothing, so fix the inputs, "
-                "or opt in with allow_nonfinite=True when the op is meant to produce NaN/Inf")
+        _check_finite(expected, label)
     if spec.kind == "equal":
-        ok = np.array_equal(expected, actual, equal_nan=expected.dtype.kind == "f")
-        if not ok:
-            bad = expected != actual
-            idx = tuple(int(i) for i in np.argwhere(bad)[0]) if expected.ndim else ()
-            raise CompareError(
-                f"{label}: {int(bad.sum())} of {expected.size} elements differ (equal() expected); "
-                f"first at index {idx}: got {_plain(actual[idx])}, expected {_plain(expected[idx])}"
-            )
+        _check_equal(expected, actual, label)
+    else:
+        _check_close(expected, actual, spec, label)
+
+
+def _check_finite(expected: np.ndarray, label: str) -> None:
+    bad = ~np.isfinite(expected)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0]) if expected.ndim else ()
+        raise CompareError(
+            f"{label}: reference has NaN/Inf ({int(bad.sum())} of {expected.size} elements, first at index "
+            f"{first}: {_plain(expected[first])}); a non-finite reference compares nothing, so fix the inputs, "
+            "or opt in with allow_nonfinite=True when the op is meant to produce NaN/Inf")
+
+
+def _check_equal(expected: np.ndarray, actual: np.ndarray, label: str) -> None:
+    if np.array_equal(expected, actual, equal_nan=expected.dtype.kind == "f"):
         return
+    bad = expected != actual
+    idx = tuple(int(i) for i in np.argwhere(bad)[0]) if expected.ndim else ()
+    raise CompareError(
+        f"{label}: {int(bad.sum())} of {expected.size} elements differ (equal() expected); "
+        f"first at index {idx}: got {_plain(actual[idx])}, expected {_plain(expected[idx])}"
+    )
+
+
+def _check_close(expected: np.ndarray, actual: np.ndarray, spec: CompareSpec, label: str) -> None:
     e = expected.astype(np.float64)
     a = actual.astype(np.float64)
     close = np.isclose(a, e, rtol=spec.rtol, atol=spec.atol, equal_nan=True)
-    if not close.all():
-        diff = np.where(close, 0.0, np.abs(a - e))
-        diff = np.nan_to_num(diff, nan=np.inf)
-        worst = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.ndim else ()
-        raise CompareError(
-            f"{label}: {int((~close).sum())} of {close.size} elements outside rtol={spec.rtol:g} atol={spec.atol:g}; "
-            f"max abs diff {float(diff[worst]):.6g} at index {tuple(int(i) for i in worst)} "
-            f"(got {float(a[worst]):.6g}, expected {float(e[worst]):.6g})"
-        )
+    if close.all():
+        return
+    diff = np.nan_to_num(np.where(close, 0.0, np.abs(a - e)), nan=np.inf)
+    worst = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.ndim else ()
+    raise CompareError(
+        f"{label}: {int((~close).sum())} of {close.size} elements outside rtol={spec.rtol:g} atol={spec.atol:g}; "
+        f"max abs diff {float(diff[worst]):.6g} at index {tuple(int(i) for i in worst)} "
+        f"(got {float(a[worst]):.6g}, expected {float(e[worst]):.6g})"
+    )
 
 
 def _plain(value) -> str:
