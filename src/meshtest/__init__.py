@@ -34,6 +34,8 @@ _EXPORTS = {
     "ScenarioContext": "rank.scenario",
     "ShardBackend": "platforms.backend",
     "Status": "status",
+    "TrainCase": "model.train",
+    "TrainCompare": "model.train",
 }
 
 __all__ = sorted(_EXPORTS)

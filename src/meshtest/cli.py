@@ -10,6 +10,7 @@ Examples::
     python -m meshtest count cases/torch/*.py                   # cases by family, mesh, gate
     python -m meshtest progress --watch 5                        # live: cases done / total per running target
     python -m meshtest ids cases/torch/tp/seed003_ids.txt cases/torch/tp/*.py   # every test-plan ID covered?
+    python -m meshtest coverage cases/torch/training/seed001_domains.txt cases/torch/training/case_*.py
 """
 from __future__ import annotations
 
@@ -90,7 +91,26 @@ def _parser() -> argparse.ArgumentParser:
                                    "names an unknown ID")
     i.add_argument("manifest", help="file with one 'ID<TAB>feature' line per test-plan item")
     i.add_argument("files", nargs="+")
+    v = sub.add_parser("coverage", help="the capability domain x layer matrix of training cases (seed 001)")
+    v.add_argument("manifest", help="file with one 'domain<TAB>description' line per capability domain")
+    v.add_argument("files", nargs="+")
     return ap
+
+
+def _cmd_coverage(manifest: str, files: Sequence[str]) -> int:
+    from .report.coverage import coverage, format_coverage, read_domains
+
+    scans = [scan_case_file(f) for f in files]
+    for s in scans:
+        if s.error:
+            print(f"{s.path}: scan failed:\n{s.error}", file=sys.stderr)
+    try:
+        cov = coverage(read_domains(manifest), scans)
+    except (OSError, ValueError) as e:
+        print(f"meshtest: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(format_coverage(cov)))
+    return 0 if cov.ok and not any(s.error for s in scans) else 1
 
 
 def _cmd_progress(slot_dir: str, watch: float) -> int:
@@ -203,7 +223,7 @@ def _exit_on_sigterm(signum, frame):
 def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("run", "scan", "count", "ids", "progress", "-h", "--help"):
+    if argv and argv[0] not in ("run", "scan", "count", "ids", "coverage", "progress", "-h", "--help"):
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
     try:
@@ -213,6 +233,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _cmd_count(args.files)
         if args.command == "ids":
             return _cmd_ids(args.manifest, args.files)
+        if args.command == "coverage":
+            return _cmd_coverage(args.manifest, args.files)
         if args.command == "progress":
             return _cmd_progress(args.slot_dir, args.watch)
     except BrokenPipeError:  # `... scan | head`: the reader left; stop quietly

@@ -19,9 +19,10 @@ from typing import Dict, Iterator, List, Optional, Union
 from ..errors import CaseDeclarationError, CaseFileError
 from .scan import FileScan
 from .spec import OpShardCase, ScenarioCase
+from .train import TrainCase
 
 #: What a case file may register.
-Case = Union[OpShardCase, ScenarioCase]
+Case = Union[OpShardCase, ScenarioCase, TrainCase]
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,9 @@ class Registry:
             usable name), or rule ``duplicate-name`` when the name is already registered (the
             message names both files).
         """
-        if not isinstance(case, (OpShardCase, ScenarioCase)):
-            raise CaseDeclarationError(file, None, "register",
-                                       f"register() takes an OpShardCase or a ScenarioCase; got {type(case).__name__}")
+        if not isinstance(case, (OpShardCase, ScenarioCase, TrainCase)):
+            raise CaseDeclarationError(file, None, "register", "register() takes an OpShardCase, a ScenarioCase or a "
+                                                               f"TrainCase; got {type(case).__name__}")
         try:
             entry: Union[Case, BrokenCase] = case.validated(file)
         except CaseDeclarationError as e:

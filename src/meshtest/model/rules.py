@@ -219,6 +219,15 @@ FEATURES = {
     "comm_debug_mode": "counting collectives per kind while a block runs (CommDebugMode)",
     "fsdp2": "fully_shard over a DeviceMesh (FSDP2)",
     "loss_parallel": "cross-entropy on a vocabulary-sharded logits DTensor (loss_parallel)",
+    "training": "training cases: a TrainCase's baseline and parallelized runs (ShardBackend.train)",
+    "fsdp2.mixed_precision": "fully_shard(mp_policy=MixedPrecisionPolicy(...))",
+    "pipelining": "torch.distributed.pipelining: PipelineStage and schedules",
+    "pipelining.zero_bubble": "the zero-bubble pipeline schedules (ScheduleInterleavedZeroBubble, ZBVZeroBubble)",
+    "context_parallel": "context_parallel attention (ring attention over a sequence-sharded mesh)",
+    "checkpoint": "activation checkpoint (torch.utils.checkpoint) and saved-tensor hooks",
+    "dcp": "torch.distributed.checkpoint save/load of sharded state",
+    "symmetric_memory": "symmetric memory (torch.distributed._symmetric_memory) on the device",
+    "meta_init": "meta-device module construction and to_empty materialization",
 }
 
 _FEATURE_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
@@ -238,6 +247,51 @@ def check_requires(file: str, case: str, requires: Any) -> Tuple[str, ...]:
                 f"unknown platform feature {f!r}; known features are {', '.join(sorted(FEATURES))}"
             )
     return tuple(requires)
+
+
+#: Capability domains of distributed training a case can cover (seed 001 §1.1; HSDP and
+#: torch.compile are out of its scope). Build targets are tagged ``cap:<domain>``.
+CAPABILITIES = {
+    "comms": "process groups, collectives, P2P, mesh slicing",
+    "dtensor": "DeviceMesh, DTensor, layouts, redistribute",
+    "shard": "declarative sharding plans: module input/output layout injection",
+    "tp": "tensor parallel (parallelize_module, ParallelStyle)",
+    "fsdp": "fully_shard (FSDP2): unshard, reduce-scatter, reshard",
+    "pp": "pipeline parallel: stages, schedules, P2P",
+    "cp": "context parallel attention",
+    "ac": "activation checkpoint (full and selective recompute)",
+    "swap": "activation swap / offload through saved-tensor hooks",
+    "dcp": "distributed checkpoint: save, load, planner, metadata",
+    "resume": "training resume: model, optimizer, scheduler, RNG, data position",
+    "clip_grad": "gradient norm clipping",
+    "init": "init weights / meta-device init and materialization",
+    "moe": "expert parallel / MoE all-to-all dispatch and combine",
+    "symm_mem": "symmetric memory (one-sided communication)",
+    "rng": "distributed random numbers and seed management",
+    "mixed_precision": "mixed precision policy",
+}
+#: The layers of seed 001 §3.2: 0 pure logic, 1 PyTorch mechanism guards, 2 single capability vs
+#: a single-device baseline, 3 combinations, 4 long runs, resume and regressions.
+LAYERS = (0, 1, 2, 3, 4)
+
+
+def check_capabilities(file: str, case: str, value: Any) -> Tuple[str, ...]:
+    """Rule ``capability``: a tuple of names from :data:`CAPABILITIES`."""
+    if isinstance(value, str) or not isinstance(value, (tuple, list)):
+        raise CaseDeclarationError(file, case, "capability",
+                                   f"capabilities must be a tuple of domain names such as ('fsdp',); got {value!r}")
+    unknown = [c for c in value if c not in CAPABILITIES]
+    if unknown:
+        raise CaseDeclarationError(file, case, "capability",
+                                   f"unknown capability domain(s) {unknown}; known: {', '.join(CAPABILITIES)}")
+    return tuple(value)
+
+
+def check_layer(file: str, case: str, value: Any) -> Optional[int]:
+    """Rule ``layer``: ``None`` or one of :data:`LAYERS` (seed 001 §3.2)."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value in LAYERS):
+        return value
+    raise CaseDeclarationError(file, case, "layer", f"layer must be one of {LAYERS} (seed 001 §3.2); got {value!r}")
 
 
 def check_spec_id(file: str, case: str, spec_id: Any) -> Optional[str]:

@@ -50,11 +50,21 @@ class ScannedCase:
     requires: Tuple[str, ...] = ()
     #: test-plan ID the case implements, e.g. ``"A6"``
     spec_id: Optional[str] = None
+    #: capability domains the case covers (:data:`meshtest.model.rules.CAPABILITIES`)
+    capabilities: Tuple[str, ...] = ()
+    #: its layer of seed 001 §3.2 (0-4), or ``None``
+    layer: Optional[int] = None
 
     @property
     def world_size(self) -> int:
         """``prod(mesh_shape)``."""
         return rules.world_size(self.mesh_shape)
+
+    def filter_tags(self) -> Tuple[str, ...]:
+        """The tags ``--tag`` filters see, on its build target and on the case itself: its gate
+        tags, ``mesh:<world size>``, ``cap:<domain>`` for each capability, ``layer:<n>``."""
+        return (tuple(self.tags) + (f"mesh:{self.world_size}",) + tuple(f"cap:{c}" for c in self.capabilities)
+                + ((f"layer:{self.layer}",) if self.layer is not None else ()))
 
     def to_json(self) -> dict:
         """JSON-able dict (tuples as lists); inverse of :meth:`from_json`."""
@@ -79,6 +89,8 @@ class ScannedCase:
             kind=d["kind"],
             requires=tuple(d["requires"]),
             spec_id=d["spec_id"],
+            capabilities=tuple(d["capabilities"]),
+            layer=d["layer"],
         )
 
 
@@ -109,10 +121,8 @@ class FileScan:
         return max((c.world_size for c in self.cases), default=0)
 
     def target_tags(self) -> Tuple[str, ...]:
-        """Build-target tags: every gate tag of a case, and ``mesh:N`` for each world size N."""
-        tags = {t for c in self.cases for t in c.tags}
-        tags.update(f"mesh:{c.world_size}" for c in self.cases)
-        return tuple(sorted(tags))
+        """Build-target tags: every tag a case answers to (:meth:`ScannedCase.filter_tags`)."""
+        return tuple(sorted({t for c in self.cases for t in c.filter_tags()}))
 
 
 def _callee_name(node: ast.AST) -> Optional[str]:
@@ -273,6 +283,8 @@ def _scanned(path: str, name: str, mesh_shape: Tuple[int, ...], values: Dict[str
         kind=kind,
         requires=rules.check_requires(path, name, values.get("requires", ())),
         spec_id=rules.check_spec_id(path, name, values.get("spec_id")),
+        capabilities=rules.check_capabilities(path, name, values.get("capabilities", ())),
+        layer=rules.check_layer(path, name, values.get("layer")),
     )
 
 

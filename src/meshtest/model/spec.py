@@ -320,9 +320,12 @@ class OpShardCase(_Case):
     grad_placements: Optional[Tuple[Optional[tuple], ...]] = None
     expect_raises: Optional[Any] = None
 
-    #: op cases declare no platform features and no test-plan ID (the schema's fixed values)
+    #: op cases declare no platform features, test-plan ID or training capability (the schema's
+    #: fixed values)
     requires = ()
     spec_id = None
+    capabilities = ()
+    layer = None
 
     @property
     def needs_grad(self) -> bool:
@@ -429,6 +432,9 @@ class ScenarioCase(_Case):
     :param solo_launcher: run in a launch of its own.
     :param timeout_s: the case deadline in seconds, as :class:`OpShardCase`.
     :param expect_raises: as :class:`OpShardCase`; without a step, at any ``ctx.step``.
+    :param capabilities: training capability domains the scenario guards
+        (:data:`meshtest.model.rules.CAPABILITIES`); targets get ``cap:<domain>`` tags.
+    :param layer: its layer of seed 001 §3.2 (e.g. ``1`` for a PyTorch mechanism guard).
     """
 
     name: str
@@ -443,6 +449,8 @@ class ScenarioCase(_Case):
     solo_launcher: bool = False
     timeout_s: Optional[float] = None
     expect_raises: Optional[Any] = None
+    capabilities: Tuple[str, ...] = ()
+    layer: Optional[int] = None
 
     #: scenarios always get the real mesh (and keep their axis names when planned)
     needs_mesh = True
@@ -468,6 +476,8 @@ class ScenarioCase(_Case):
             known_failure=rules.check_reason(file, name, "known_failure", self.known_failure),
             solo_launcher=rules.check_flag(file, name, "solo_launcher", self.solo_launcher),
             expect_raises=check_expect_raises(file, name, self.expect_raises),
+            capabilities=rules.check_capabilities(file, name, self.capabilities),
+            layer=rules.check_layer(file, name, self.layer),
         )
 
 

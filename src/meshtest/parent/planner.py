@@ -70,8 +70,8 @@ def plan_groups(cases: Iterable[ScannedCase]) -> List[Group]:
 
 
 def case_tags(c: ScannedCase) -> Tuple[str, ...]:
-    """Tags a case answers to in filters: its gate tags and ``mesh:<world size>``."""
-    return tuple(c.tags) + (f"mesh:{c.world_size}",)
+    """Tags a case answers to in filters (:meth:`ScannedCase.filter_tags`)."""
+    return c.filter_tags()
 
 
 def tag_clause_matches(clause: str, tags: Sequence[str]) -> bool:

@@ -53,12 +53,59 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..model.placement import Placement
+
+
+@dataclass
+class TrainContext:
+    """What a training case's ``parallelize`` and ``train_step`` get on each rank.
+
+    :ivar mesh: the DeviceMesh (the case's axis names); ``api``: the platform namespace.
+    :ivar build: builds a fresh model from the case's seed (e.g. on the meta device, under a
+        ``with api.torch.device("meta"):``), for capabilities that construct the model themselves.
+    """
+
+    mesh: Any
+    api: Any
+    rank: int
+    world_size: int
+    build: Callable[[], Any]
+    notes: List[str] = field(default_factory=list)
+    #: the case's own objects between ``parallelize`` and ``train_step`` (a pipeline schedule)
+    state: Dict[str, Any] = field(default_factory=dict)
+    #: set by ``parallelize`` when this rank holds part of the model (a pipeline stage): only the
+    #: parameters it holds are compared, and the loss where it is computed
+    partial: bool = False
+
+    def note(self, text: str) -> None:
+        """Attach a line to this rank's result."""
+        self.notes.append(str(text))
+
+
+@dataclass
+class TrainSnapshot:
+    """One training step as NumPy, by fully-qualified parameter name (DTensors gathered).
+
+    :ivar loss: the step's loss (the mean over a ``batch_split`` axis), or ``None`` on a rank
+        that does not compute it (a pipeline stage before the last).
+    :ivar grad_norm: the total gradient norm ``clip_grad_norm`` returned, or ``None``.
+    :ivar grads: gradient per parameter after the step's backward(s), before the optimizer step.
+    :ivar params: each parameter after the optimizer step.
+    :ivar optim: each optimizer state tensor, as ``"<param fqn>.<state key>"``.
+    """
+
+    loss: Optional[np.ndarray]
+    grad_norm: Optional[np.ndarray]
+    grads: Dict[str, np.ndarray]
+    params: Dict[str, np.ndarray]
+    optim: Dict[str, np.ndarray]
+    #: the rank held part of the model (:attr:`TrainContext.partial`)
+    partial: bool = False
 
 
 class ShardBackend(ABC):
@@ -215,6 +262,17 @@ class ShardBackend(ABC):
         dtypes, and raises naming each rank's collective otherwise. Returns whether the platform
         did enable them (default: ``False``, not supported)."""
         return False
+
+    def train(self, case: Any, mesh: Any, parallel: bool, notes: Optional[List[str]] = None) -> List[TrainSnapshot]:
+        """Train a :class:`meshtest.model.train.TrainCase` on this rank: build the model from
+        the case's seed, apply ``case.parallelize`` when ``parallel``, train ``case.steps``
+        steps of ``case.grad_accum`` micro-batches, and snapshot each step. The baseline run
+        (``parallel=False``) must run no collective.
+
+        :param notes: collects the lines ``ctx.note`` adds.
+        :raises NotImplementedError: the platform runs no training cases (default).
+        """
+        raise NotImplementedError(f"platform {self.platform!r} runs no training cases")
 
     def features(self) -> frozenset:
         """Platform features this backend provides, from :data:`meshtest.model.rules.FEATURES`.

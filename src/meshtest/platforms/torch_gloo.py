@@ -23,7 +23,7 @@ from torch.distributed.tensor import Shard as TShard
 from torch.distributed.tensor.placement_types import _StridedShard as TStridedShard
 
 from ..model.placement import Partial, Placement, Replicate, Shard, StridedShard
-from .backend import ShardBackend
+from .backend import ShardBackend, TrainContext, TrainSnapshot
 
 _DTYPES = {
     "float16": torch.float16,
@@ -68,6 +68,52 @@ def from_torch_placement(p: Any) -> Placement:
 #: One rank's collective in torch's collective-check message.
 _FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=\d+, "
                           r"OpType=(\w+)(?:, TensorShape=(\[[^\]]*\]))?(?:, TensorDtypes=(\w+))?")
+
+
+#: Wrapper segments capabilities insert into parameter names (AC's checkpoint_wrapper,
+#: torch.compile, FSDP1): removed so that FQNs match the baseline's.
+_WRAPPER_SEGMENTS = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
+
+
+def fqn(name: str) -> str:
+    """A parameter name without the wrapper segments of :data:`_WRAPPER_SEGMENTS`."""
+    for seg in _WRAPPER_SEGMENTS:
+        name = name.replace(seg, "")
+    return name
+
+
+def _full(t: Any) -> Any:
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def _np(t: Any) -> np.ndarray:
+    t = _full(t).detach()
+    return (t.float() if t.dtype in (torch.float16, torch.bfloat16) else t).cpu().numpy().copy()
+
+
+def _optional_module(name: str) -> Any:
+    """The module ``name``, or ``None`` when it does not import (the features say so)."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def _probe_modules(wanted: dict) -> set:
+    """The features whose modules all import."""
+    import importlib
+
+    found = set()
+    for feature, modules in wanted.items():
+        try:
+            for m in modules:
+                importlib.import_module(m)
+            found.add(feature)
+        except ImportError:
+            pass
+    return found
 
 
 def _dispatcher():
@@ -178,6 +224,68 @@ class TorchGlooBackend(ShardBackend):
         parts = dict.fromkeys(f"rank {r} entered {op} {shape} {dtypes}" for r, op, shape, dtypes in entered)
         return "collective mismatch: " + ", ".join(sorted(parts))
 
+    def train(self, case: Any, mesh: Any, parallel: bool, notes: Optional[list] = None) -> list:
+        """The platform side of a training case: the loop of zero_grad, (micro-batch forward,
+        scaled loss, backward) x grad_accum, snapshot of grads, optimizer step, snapshot of
+        params and optimizer state. See :meth:`ShardBackend.train`."""
+        api = self.scenario_api()
+
+        def build():
+            self.seed(case.seed())
+            return case.model(api)
+
+        ctx = TrainContext(mesh=mesh, api=api, rank=self.rank(), world_size=self.world_size(), build=build,
+                           notes=notes if notes is not None else [])
+        model = build()
+        if parallel and case.parallelize is not None:
+            model = case.parallelize(model, ctx)
+        named = [(fqn(n), p) for n, p in model.named_parameters()]
+        opt = (case.optimizer(model.parameters(), api) if case.optimizer is not None
+               else torch.optim.SGD(model.parameters(), lr=0.1))
+        custom = case.train_step if parallel else None
+        return [self._train_step(case, model, opt, named, step, ctx, custom, parallel) for step in range(case.steps)]
+
+    def _train_step(self, case: Any, model: Any, opt: Any, named: list, step: int, ctx: TrainContext, custom: Any,
+                    parallel: bool) -> TrainSnapshot:
+        opt.zero_grad(set_to_none=True)
+        total = None
+        for micro in range(case.grad_accum):
+            inputs, target = case.data(step * case.grad_accum + micro, ctx.api)
+            inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+            if parallel and case.batch_split is not None:
+                inputs, target = self._split_batch((*inputs, target), ctx.mesh, case.batch_split)
+            scaled = lambda out, tgt: case.loss(out, tgt) / case.grad_accum  # noqa: E731
+            if custom is not None:
+                loss = custom(model, inputs, target, scaled, ctx)
+            else:
+                loss = scaled(model(*inputs), target)
+                loss.backward()
+            if loss is not None:
+                value = _full(loss).detach().float()
+                total = value if total is None else total + value
+        if total is not None and parallel and case.batch_split is not None:
+            group = ctx.mesh.get_group(case.batch_split)
+            dist.all_reduce(total, group=group)
+            total = total / dist.get_world_size(group)
+        norm = None
+        if case.clip_grad_norm is not None:
+            norm = _np(torch.nn.utils.clip_grad_norm_([p for _, p in named], case.clip_grad_norm))
+        grads = {n: _np(p.grad) for n, p in named if p.grad is not None}
+        opt.step()
+        params = {n: _np(p) for n, p in named}
+        by_param = {id(p): n for n, p in named}
+        optim = {f"{by_param[id(p)]}.{k}": _np(v) for p, state in opt.state.items() if id(p) in by_param
+                 for k, v in state.items() if isinstance(v, torch.Tensor)}
+        return TrainSnapshot(None if total is None else total.cpu().numpy(), norm, grads, params, optim,
+                             partial=ctx.partial)
+
+    @staticmethod
+    def _split_batch(tensors: tuple, mesh: Any, axis: str) -> tuple:
+        """This rank's row-chunk of each tensor along dim 0, over mesh axis ``axis``."""
+        k, n = mesh.get_local_rank(axis), mesh.size(mesh.mesh_dim_names.index(axis))
+        parts = tuple(t.chunk(n, dim=0)[k] for t in tensors)
+        return parts[:-1], parts[-1]
+
     def enable_collective_checks(self) -> bool:
         """``TORCH_DISTRIBUTED_DEBUG=DETAIL``: gloo process groups are wrapped so that each
         collective first compares every rank's fingerprint (op, shapes, dtypes) and raises
@@ -276,10 +384,22 @@ class TorchGlooBackend(ShardBackend):
         except ImportError:
             pass
         try:
-            from torch.distributed.fsdp import fully_shard  # noqa: F401
-            found.add("fsdp2")
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: F401
+            found.update({"fsdp2", "fsdp2.mixed_precision"})
         except ImportError:
             pass
+        found.update(_probe_modules({
+            "training": (),
+            "pipelining": ("torch.distributed.pipelining",),
+            "context_parallel": ("torch.distributed.tensor.experimental",),
+            "checkpoint": ("torch.utils.checkpoint",),
+            "dcp": ("torch.distributed.checkpoint",),
+            "meta_init": (),
+        }))
+        import torch.distributed.pipelining as pipelining
+        if hasattr(pipelining, "ScheduleInterleavedZeroBubble") and hasattr(pipelining, "ScheduleZBVZeroBubble"):
+            found.add("pipelining.zero_bubble")
+        # symmetric memory needs a device with peer-to-peer memory (CUDA); not on CPU/gloo
         return frozenset(found)
 
     def scenario_api(self) -> Any:
@@ -294,6 +414,11 @@ class TorchGlooBackend(ShardBackend):
                  "PrepareModuleOutput", "PrepareModuleInputOutput", "NoParallel", "ParallelStyle",
                  "parallelize_module", "loss_parallel")
         api = {n: getattr(tp, n, None) for n in names}
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        api.update(MixedPrecisionPolicy=MixedPrecisionPolicy, checkpoint=torch.utils.checkpoint,
+                   pipelining=_optional_module("torch.distributed.pipelining"),
+                   dcp=_optional_module("torch.distributed.checkpoint"))
         api.update(torch=torch, nn=torch.nn, F=torch.nn.functional, dist=dist, DTensor=dt.DTensor,
                    Shard=dt.Shard, Replicate=dt.Replicate, Partial=dt.Partial,
                    distribute_tensor=dt.distribute_tensor, init_device_mesh=init_device_mesh,

@@ -114,9 +114,14 @@ def _completed(step: str, expect: Optional[ExpectRaises], default_step: Optional
 
 
 def run(case: Any, backend: ShardBackend, mesh: Any, on_step: OnStep = None) -> StepResult:
-    """Run ``case`` of any kind on this rank (see :func:`run_case`, :func:`run_scenario`)."""
+    """Run ``case`` of any kind on this rank (see :func:`run_case`, :func:`run_scenario`,
+    :func:`meshtest.rank.train.run_train`)."""
     if isinstance(case, ScenarioCase):
         return run_scenario(case, backend, mesh, on_step)
+    if case.kind == "train":
+        from .train import run_train
+
+        return run_train(case, backend, mesh, on_step)
     return run_case(case, backend, mesh, on_step)
 
 

@@ -1,0 +1,64 @@
+"""Layer 2 (seed 001 §4.3), the sharding capabilities, each against its single-device baseline:
+loss, every parameter's gathered gradient, every parameter after the step and the optimizer
+state agree, step by step.
+
+- TP: ``w1`` ColwiseParallel, ``w2`` RowwiseParallel on a 2-rank ``tp`` mesh, Adam.
+- FSDP2: ``fully_shard`` per block and at the root on a 2-rank ``dp`` mesh; the batch is split over
+  ``dp`` (each rank trains on its half), so the gradients FSDP2 reduce-scatters (averaged over
+  ``dp``) equal the baseline's gradients of the full batch's mean loss. Also with gradient
+  accumulation (2 micro-batches per step) and with momentum SGD.
+- FSDP2 + ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``: compute in
+  bfloat16 against a float32 baseline, so values differ by bfloat16 rounding (8 mantissa bits,
+  relative 2^-8 ≈ 0.4 % per op): compared at rtol 5e-2 / atol 5e-3, the master weights stay
+  float32. Momentum SGD, whose update is proportional to the gradient (Adam's normalised
+  update turns a bfloat16-sized gradient difference into a full ``lr`` step).
+- Clip grad: the same FSDP2 setup with ``clip_grad_norm=0.5`` — the total norm (a DTensor sum
+  over shards) and the clipped gradients match the baseline's.
+"""
+from cases.torch.training.models import adam, mlp, mse, regression, sgd_momentum, stack
+from meshtest import CompareSpec, TrainCase, TrainCompare, register
+
+TP = ("tp",)
+DP = ("dp",)
+L0 = ("cpu_level0", "cpu_level1")
+L1 = ("cpu_level1",)
+BF16 = CompareSpec.allclose(rtol=5e-2, atol=5e-3)
+
+
+def tp_colwise_rowwise(model, ctx):
+    api = ctx.api
+    return api.parallelize_module(model, ctx.mesh, {"w1": api.ColwiseParallel(), "w2": api.RowwiseParallel()})
+
+
+def fsdp_per_block(model, ctx):
+    for block in model.blocks.values():
+        ctx.api.fully_shard(block, mesh=ctx.mesh)
+    return ctx.api.fully_shard(model, mesh=ctx.mesh)
+
+
+def fsdp_bf16(model, ctx):
+    api = ctx.api
+    policy = api.MixedPrecisionPolicy(param_dtype=api.torch.bfloat16, reduce_dtype=api.torch.float32)
+    for block in model.blocks.values():
+        api.fully_shard(block, mesh=ctx.mesh, mp_policy=policy)
+    return api.fully_shard(model, mesh=ctx.mesh, mp_policy=policy)
+
+
+register(TrainCase(name="train_tp_mlp_colwise_rowwise_adam", model=mlp, data=regression, loss=mse,
+                   parallelize=tp_colwise_rowwise, optimizer=adam, steps=3, mesh_shape=(2,), mesh_dim_names=TP,
+                   tags=L0, capabilities=("tp",), layer=2, requires=("tp.styles",)))
+register(TrainCase(name="train_fsdp2_per_block_adam", model=stack, data=regression, loss=mse,
+                   parallelize=fsdp_per_block, optimizer=adam, steps=3, batch_split="dp", mesh_shape=(2,),
+                   mesh_dim_names=DP, tags=L0, capabilities=("fsdp",), layer=2, requires=("fsdp2",)))
+register(TrainCase(name="train_fsdp2_grad_accum_momentum", model=stack, data=regression, loss=mse,
+                   parallelize=fsdp_per_block, optimizer=sgd_momentum, steps=2, grad_accum=2, batch_split="dp",
+                   mesh_shape=(2,), mesh_dim_names=DP, tags=L1, capabilities=("fsdp",), layer=2, requires=("fsdp2",)))
+register(TrainCase(name="train_fsdp2_mixed_precision_bf16", model=stack, data=regression, loss=mse,
+                   parallelize=fsdp_bf16, optimizer=sgd_momentum, steps=2, batch_split="dp", mesh_shape=(2,),
+                   mesh_dim_names=DP, compare=TrainCompare(loss=BF16, grad_norm=BF16, grads=BF16, params=BF16,
+                                                           optim=BF16),
+                   tags=L1, capabilities=("fsdp", "mixed_precision"), layer=2, requires=("fsdp2.mixed_precision",)))
+register(TrainCase(name="train_fsdp2_clip_grad_norm", model=stack, data=regression, loss=mse,
+                   parallelize=fsdp_per_block, optimizer=adam, steps=2, batch_split="dp", clip_grad_norm=0.5,
+                   mesh_shape=(2,), mesh_dim_names=DP, tags=L0, capabilities=("fsdp", "clip_grad"), layer=2,
+                   requires=("fsdp2",)))

@@ -1,0 +1,95 @@
+"""Small models and seeded data for the training cases (imported as ``cases.torch.training.models``).
+
+Each builder takes the platform namespace ``api`` (``ctx.api``: torch's names) so that the
+cases stay declarations of *what* to train. Sizes are tiny (dims 16-32, 8-row batches): the
+point is the training semantics, not throughput.
+"""
+
+
+def mlp(api, dim=16, hidden=32):
+    """``w1`` (dim → hidden), GELU, ``w2`` (hidden → dim): the TP Colwise/Rowwise pair."""
+    nn = api.nn
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1 = nn.Linear(dim, hidden)
+            self.w2 = nn.Linear(hidden, dim)
+
+        def forward(self, x):
+            return self.w2(api.F.gelu(self.w1(x)))
+
+    return MLP()
+
+
+def stack(api, layers=4, dim=16, hidden=32):
+    """``layers`` MLP blocks with residuals in ``blocks.<i>``, then ``head``: a model to cut
+    into pipeline stages and to wrap per block (FSDP, activation checkpoint)."""
+    nn = api.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp = mlp(api, dim, hidden)
+
+        def forward(self, x):
+            return x + self.mlp(x)
+
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleDict({str(i): Block() for i in range(layers)})
+            self.head = nn.Linear(dim, dim)
+
+        def forward(self, x):
+            for block in self.blocks.values():
+                x = block(x)
+            return self.head(x) if self.head is not None else x
+
+    return Stack()
+
+
+def stage_of(model, blocks, head):
+    """The part of a :func:`stack` a pipeline stage runs: the same module with only ``blocks``
+    (their names kept, so parameter FQNs match the whole model's) and the head if ``head``. The
+    kept blocks are the model's own modules: several stages cut from one model share them."""
+    import copy
+
+    part = copy.copy(model)
+    part._modules = dict(model._modules)
+    part.blocks = type(model.blocks)({k: model.blocks[k] for k in blocks})
+    part.head = model.head if head else None
+    return part
+
+
+def deterministic_init(model, api):
+    """Every parameter set to ``0.1 * sin(0.37 * (i + 1))`` over its global elements (plain or
+    DTensor: the full values are laid out by the parameter's own placements), so that a model
+    materialized from the meta device gets exactly the baseline's weights."""
+    torch = api.torch
+    with torch.no_grad():
+        for k, p in enumerate(model.parameters()):
+            full = 0.1 * torch.sin(0.37 * (torch.arange(p.numel(), dtype=torch.float32) + 1 + k)).reshape(p.shape)
+            if isinstance(p, api.DTensor):
+                full = api.distribute_tensor(full, p.device_mesh, p.placements)
+            p.copy_(full)
+    return model
+
+
+def regression(i, api, rows=8, dim=16):
+    """Micro-batch ``i``: ``(x, y)`` of ``rows`` rows, from a generator seeded with ``i``."""
+    g = api.torch.Generator().manual_seed(1000 + i)
+    x = api.torch.randn(rows, dim, generator=g)
+    return x, api.torch.randn(rows, dim, generator=g)
+
+
+def mse(out, target):
+    return ((out - target) ** 2).mean()
+
+
+def adam(params, api):
+    return api.torch.optim.Adam(params, lr=1e-2)
+
+
+def sgd_momentum(params, api):
+    return api.torch.optim.SGD(params, lr=0.05, momentum=0.9)

@@ -1,0 +1,162 @@
+"""Training cases: a capability under test, trained for a few steps, against a single-device
+baseline of the same declaration (seed 001 §4.3; the declarative form of torchtitan's
+integration tests and Megatron's functional tests).
+
+A :class:`TrainCase` says *what* to train — a seeded model builder, seeded data, a loss, an
+optimizer, a number of steps, gradient accumulation — and *how to parallelize it*: one
+``parallelize(model, ctx)`` step (a TP plan, ``fully_shard``, a pipeline stage split, CP, AC,
+swap hooks, ...). On every rank meshtest trains the baseline (the plain model) and the
+parallelized model on the same data and compares, step by step, the loss, each parameter's
+gradient (gathered, by fully-qualified name), each parameter after the optimizer step and the
+optimizer state, each with its own tolerance (:class:`TrainCompare`). A failure names the step,
+the quantity, the parameter and the largest difference; the ranks are named by the report.
+"""
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Tuple
+
+from ..errors import CaseDeclarationError
+from . import rules, schema
+from .spec import CompareSpec, _Case, _check_timeout
+
+#: Quantities a training case compares, in the order they are checked each step.
+QUANTITIES = ("loss", "grad_norm", "grads", "params", "optim")
+
+
+def _close() -> CompareSpec:
+    return CompareSpec.allclose(rtol=1e-5, atol=1e-6)
+
+
+@dataclass(frozen=True)
+class TrainCompare:
+    """Tolerance per compared quantity; ``None`` leaves a quantity out.
+
+    Defaults: ``allclose(rtol=1e-5, atol=1e-6)``: float32 sums re-associated by sharding stay
+    within it over a few steps of a small model; a case whose capability changes precision
+    (mixed precision) loosens only what it must, and says why.
+    """
+
+    loss: Optional[CompareSpec] = field(default_factory=_close)
+    grad_norm: Optional[CompareSpec] = field(default_factory=_close)
+    grads: Optional[CompareSpec] = field(default_factory=_close)
+    params: Optional[CompareSpec] = field(default_factory=_close)
+    optim: Optional[CompareSpec] = field(default_factory=_close)
+
+    def spec(self, quantity: str) -> Optional[CompareSpec]:
+        return getattr(self, quantity)
+
+
+@schema.declares(schema.TRAIN)
+@dataclass(frozen=True)
+class TrainCase(_Case):
+    """A training case (see the module docstring).
+
+    :param name: unique across all case files.
+    :param model: ``model(api) -> module``: builds the model; called after seeding every RNG
+        with :meth:`seed`, once for the baseline and once for the parallelized run, so both
+        start from the same weights.
+    :param data: ``data(i, api) -> (inputs, target)``: global micro-batch ``i`` (``i = step *
+        grad_accum + micro``), the same on every rank; ``inputs`` a tensor or a tuple of them.
+    :param loss: ``loss(output, target) -> scalar tensor``.
+    :param mesh_shape: mesh shape; the launch has ``prod(mesh_shape)`` ranks.
+    :param parallelize: ``parallelize(model, ctx) -> model``: the capability under test, applied
+        to the freshly built model (``ctx``: :class:`meshtest.platforms.backend.TrainContext` —
+        ``mesh``, ``api``, ``rank``, ``build()`` for a fresh model, ``note()``). ``None``: the
+        baseline against itself (a layer-0/1 sanity case).
+    :param optimizer: ``optimizer(params, api) -> optimizer``; default SGD with ``lr=0.1``.
+    :param steps: optimizer steps (≥ 1).
+    :param grad_accum: micro-batches per step (≥ 1); the loss is divided by it.
+    :param batch_split: a mesh axis name: its ranks take distinct row-chunks of every
+        micro-batch (data parallel; the batch dim must divide evenly) and the compared loss is
+        their mean. ``None``: every rank trains on the whole batch (TP, PP, ...).
+    :param train_step: ``train_step(model, inputs, target, loss_fn, ctx) -> loss or None``: a
+        custom forward and backward of the parallel run (a pipeline schedule, kept in
+        ``ctx.state`` by ``parallelize``: the loss exists on the last stage only, ``None``
+        elsewhere; ``parallelize`` sets ``ctx.partial`` so that each rank compares the
+        parameters it holds). Default: ``loss_fn(model(*inputs), target).backward()``.
+    :param clip_grad_norm: clip the gradients' global 2-norm to this value before each optimizer
+        step, in both runs (the platform's ``clip_grad_norm_``); the total norm it returns is
+        compared (quantity ``grad_norm``) and the compared gradients are the clipped ones.
+    :param compare: :class:`TrainCompare`.
+    :param mesh_dim_names: real axis names (the capability reads them).
+    :param tags: gate tags. :param capabilities: capability domains covered
+        (:data:`meshtest.model.rules.CAPABILITIES`); targets are tagged ``cap:<domain>``.
+    :param layer: seed 001 §3.2 layer (2: single capability, 3: combination, 4: resume/long run).
+    :param requires: platform features needed (e.g. ``fsdp2``); missing → ``unsupported``.
+    :param spec_id: a test-plan ID. :param known_failure: as op cases (xfail/xpass).
+    :param divergence: the platform differs from the spec and the case asserts its behaviour.
+    :param solo_launcher: a launch of its own. :param timeout_s: deadline in seconds.
+    """
+
+    name: str
+    model: Callable[..., Any]
+    data: Callable[..., Any]
+    loss: Callable[..., Any]
+    mesh_shape: Tuple[int, ...]
+    parallelize: Optional[Callable[..., Any]] = None
+    optimizer: Optional[Callable[..., Any]] = None
+    steps: int = 2
+    grad_accum: int = 1
+    batch_split: Optional[str] = None
+    train_step: Optional[Callable[..., Any]] = None
+    clip_grad_norm: Optional[float] = None
+    compare: TrainCompare = field(default_factory=TrainCompare)
+    mesh_dim_names: Optional[Tuple[str, ...]] = None
+    tags: Tuple[str, ...] = ()
+    capabilities: Tuple[str, ...] = ()
+    layer: Optional[int] = None
+    requires: Tuple[str, ...] = ()
+    spec_id: Optional[str] = None
+    known_failure: Optional[str] = None
+    divergence: Optional[str] = None
+    solo_launcher: bool = False
+    timeout_s: Optional[float] = None
+
+    #: training cases parallelize on the real mesh (axis names kept when planned)
+    needs_mesh = True
+
+    def seed(self) -> int:
+        """The seed of model building: ``crc32(f"{name}:model")``, the same for both runs."""
+        return zlib.crc32(f"{self.name}:model".encode())
+
+    def validated(self, file: str) -> "TrainCase":
+        """Check every declaration rule; return a normalised copy.
+
+        :raises CaseDeclarationError: naming ``file``, this case and the broken rule.
+        """
+        name = rules.check_name(file, self.name)
+        for fname in ("model", "data", "loss"):
+            if not callable(getattr(self, fname)):
+                raise CaseDeclarationError(file, name, "train",
+                                           f"{fname} must be callable; got {getattr(self, fname)!r}")
+        for fname in ("parallelize", "optimizer", "train_step"):
+            value = getattr(self, fname)
+            if value is not None and not callable(value):
+                raise CaseDeclarationError(file, name, "train", f"{fname} must be callable or None; got {value!r}")
+        for fname in ("steps", "grad_accum"):
+            value = getattr(self, fname)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise CaseDeclarationError(file, name, "train", f"{fname} must be an integer >= 1; got {value!r}")
+        clip = self.clip_grad_norm
+        if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or clip <= 0):
+            raise CaseDeclarationError(file, name, "train", f"clip_grad_norm must be a number > 0; got {clip!r}")
+        mesh_shape = rules.check_mesh_shape(file, name, self.mesh_shape)
+        names = rules.check_mesh_dim_names(file, name, mesh_shape, self.mesh_dim_names)
+        if self.batch_split is not None and self.batch_split not in (names or ()):
+            raise CaseDeclarationError(file, name, "train",
+                                       f"batch_split {self.batch_split!r} is not one of the mesh axis names {names}")
+        if not isinstance(self.compare, TrainCompare) or not all(
+                isinstance(self.compare.spec(q), (CompareSpec, type(None))) for q in QUANTITIES):
+            raise CaseDeclarationError(file, name, "compare", "compare must be TrainCompare(loss=..., grads=..., ...)")
+        _check_timeout(file, name, self.timeout_s)
+        return dataclasses.replace(
+            self, mesh_shape=mesh_shape, mesh_dim_names=names, tags=rules.check_tags(file, name, self.tags),
+            capabilities=rules.check_capabilities(file, name, self.capabilities),
+            layer=rules.check_layer(file, name, self.layer), requires=rules.check_requires(file, name, self.requires),
+            spec_id=rules.check_spec_id(file, name, self.spec_id),
+            known_failure=rules.check_reason(file, name, "known_failure", self.known_failure),
+            divergence=rules.check_reason(file, name, "divergence", self.divergence),
+            solo_launcher=rules.check_flag(file, name, "solo_launcher", self.solo_launcher))

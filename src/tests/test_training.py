@@ -1,0 +1,148 @@
+"""Training cases (seed 001): the declaration rules, the static scan's cap:/layer: tags, the
+step-by-step comparison, the coverage matrix, and — end to end on torch — capabilities broken on
+purpose caught with a message naming the step, the quantity and the parameter."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import meshtest
+from meshtest import CaseDeclarationError, TrainCase
+from meshtest.model.scan import scan_case_source
+from meshtest.platforms.backend import TrainSnapshot
+from meshtest.rank.compare import CompareError
+from meshtest.rank.train import compare_runs
+from meshtest.report.coverage import coverage, format_coverage
+
+SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
+REPO = os.path.dirname(SRC_ROOT)
+
+
+def _case(**kw):
+    base = dict(name="t", model=lambda api: None, data=lambda i, api: None, loss=lambda o, t: None, mesh_shape=(2,),
+                mesh_dim_names=("dp",), tags=("cpu_level0",), capabilities=("fsdp",), layer=2)
+    base.update(kw)
+    return TrainCase(**base).validated("f.py")
+
+
+@pytest.mark.parametrize("kw,rule,words", [
+    (dict(steps=0), "train", "steps must be an integer >= 1"),
+    (dict(batch_split="tp"), "train", "batch_split 'tp' is not one of the mesh axis names ('dp',)"),
+    (dict(capabilities=("hsdp",)), "capability", "unknown capability domain(s) ['hsdp']"),
+    (dict(layer=5), "layer", "layer must be one of (0, 1, 2, 3, 4)"),
+    (dict(clip_grad_norm=0), "train", "clip_grad_norm must be a number > 0"),
+    (dict(loss=3), "train", "loss must be callable"),
+])
+def test_train_declaration_rules(kw, rule, words):
+    with pytest.raises(CaseDeclarationError) as e:
+        _case(**kw)
+    assert f"rule {rule}" in str(e.value) and words in str(e.value)
+
+
+def test_scan_tags_training_targets_by_capability_and_layer():
+    src = ('register(TrainCase(name="t", model=m, data=d, loss=l, mesh_shape=(2,), mesh_dim_names=("dp",),\n'
+           '                   tags=("cpu_level0",), capabilities=("fsdp", "clip_grad"), layer=2))\n')
+    scan = scan_case_source("cases/x.py", src)
+    assert scan.error is None
+    assert scan.target_tags() == ("cap:clip_grad", "cap:fsdp", "cpu_level0", "layer:2", "mesh:2")
+    (c,) = scan.cases
+    assert (c.kind, c.needs_mesh) == ("train", True)
+
+
+def _snap(loss=1.0, w=(1.0, 2.0), partial=False):
+    arr = np.array(w, dtype=np.float32)
+    return TrainSnapshot(np.array(loss, dtype=np.float32), None, {"w1.weight": arr}, {"w1.weight": arr}, {},
+                         partial=partial)
+
+
+def test_compare_names_the_step_quantity_and_parameter():
+    case = _case()
+    compare_runs(case, [_snap(), _snap()], [_snap(), _snap()])
+    with pytest.raises(CompareError) as e:
+        compare_runs(case, [_snap(), _snap()], [_snap(), _snap(w=(1.0, 2.5))])
+    assert str(e.value).startswith("step 1 grads w1.weight: 1 of 2 elements outside")
+    with pytest.raises(CompareError, match="step 0 loss"):
+        compare_runs(case, [_snap()], [_snap(loss=1.1)])
+    missing = TrainSnapshot(None, None, {}, {}, {})
+    with pytest.raises(CompareError, match="step 0 loss: the baseline has one, the parallel run none"):
+        compare_runs(case, [_snap()], [missing])
+    # a pipeline stage holds part of the model: the parameters it holds, the loss where computed
+    stage = TrainSnapshot(None, None, {"w1.weight": np.float32([1, 2])}, {"w1.weight": np.float32([1, 2])}, {},
+                          partial=True)
+    compare_runs(case, [_snap()], [stage])
+
+
+def test_coverage_matrix_reports_gaps():
+    src = ('register(ScenarioCase(name="g", fn=f, mesh_shape=(1,), tags=("cpu_level0",), capabilities=("ac",),\n'
+           '                      layer=1, requires=("checkpoint",)))\n')
+    cov = coverage({"ac": "activation checkpoint", "pp": "pipeline"}, [scan_case_source("x.py", src)])
+    assert cov.gaps == [("ac", 2), ("pp", 1), ("pp", 2)] and not cov.ok
+    text = "\n".join(format_coverage(cov))
+    assert "ac layer 1: checkpoint" in text and "MISSING: domain pp has no layer-1 case" in text
+
+
+BROKEN = '''
+from cases.torch.training.models import mlp, mse, regression
+from meshtest import ScenarioCase, TrainCase, register
+
+
+def data_parallel_without_sync(model, ctx):
+    """Splits the batch over dp but never averages the gradients: the missing all-reduce."""
+    return model
+
+
+def tp_with_a_forgotten_output_reduce(model, ctx):
+    """Rowwise w2 whose partial output is handed on as if it were whole (no all-reduce)."""
+    api = ctx.api
+    model = api.parallelize_module(model, ctx.mesh, {"w1": api.ColwiseParallel(), "w2": api.RowwiseParallel()})
+    inner = model.w2.forward
+    model.w2.forward = lambda x: api.DTensor.from_local(inner(x).to_local(), ctx.mesh, [api.Replicate()])
+    return model
+
+
+def hook_on_forward_instead_of_call(ctx):
+    """A capability that hangs its layout injection on forward() itself, not on __call__'s hooks."""
+    api = ctx.api
+    model, seen = mlp(api), []
+    original = model.w1.forward
+    model.w1.forward = lambda x: (seen.append("injected"), original(x))[1]
+    model.w1.register_forward_pre_hook(lambda m, args: seen.append("pre-hook"))
+    model(api.torch.randn(2, 16))
+    assert seen == ["pre-hook"], f"layout injection ran as {seen}; it must run through __call__'s hooks"
+
+
+register(TrainCase(name="broken_dp_without_grad_sync", model=mlp, data=regression, loss=mse,
+                   parallelize=data_parallel_without_sync, batch_split="dp", mesh_shape=(2,), mesh_dim_names=("dp",),
+                   tags=("cpu_level0",), capabilities=("fsdp",), layer=2))
+register(TrainCase(name="broken_tp_forgotten_reduce", model=mlp, data=regression, loss=mse,
+                   parallelize=tp_with_a_forgotten_output_reduce, mesh_shape=(2,), mesh_dim_names=("tp",),
+                   tags=("cpu_level0",), capabilities=("tp",), layer=2))
+register(ScenarioCase(name="broken_hook_on_forward", fn=hook_on_forward_instead_of_call, mesh_shape=(1,),
+                      tags=("cpu_level0",), capabilities=("shard",), layer=1))
+'''
+
+
+def test_broken_capabilities_are_caught_naming_step_quantity_and_parameter(tmp_path):
+    path = tmp_path / "case_broken_training.py"
+    path.write_text(BROKEN)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "meshtest", str(path), "--artifacts-dir", str(out),
+                           "--slot-dir", str(tmp_path / "slots")], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([SRC_ROOT, REPO])}, timeout=300)
+    results = {json.loads(line)["case"]: json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()}
+    text = proc.stdout + proc.stderr
+    assert {k: v["status"] for k, v in results.items()} == {
+        "broken_dp_without_grad_sync": "fail", "broken_tp_forgotten_reduce": "fail", "broken_hook_on_forward": "fail",
+    }, text
+    dp = results["broken_dp_without_grad_sync"]["failures"][0]
+    assert dp["step"] == "compare" and dp["error"].startswith("step 0 grads w1.bias:"), dp
+    assert "max abs diff" in dp["error"]
+    tp = results["broken_tp_forgotten_reduce"]["failures"][0]
+    assert tp["step"] == "compare" and tp["error"].startswith("step 0 loss:"), tp
+    hook = results["broken_hook_on_forward"]["failures"][0]
+    assert "layout injection ran as ['pre-hook', 'injected']" in hook["error"]
