@@ -203,14 +203,19 @@ def _main_job_wall(python: str, tree: str) -> float:
         cmd = [python, "-m", "meshtest", "run", *sorted(_case_files(tree)), "--tag", "cpu_level0",
                "--artifacts-dir", out, "--slot-dir", os.path.join(out, "slots")]
         t0 = time.monotonic()
-        subprocess.run(cmd, cwd=tree, env={**os.environ, "PYTHONPATH": os.path.join(tree, "src")},
+        path = os.pathsep.join([os.path.join(tree, "src"), tree])
+        subprocess.run(cmd, cwd=tree, env={**os.environ, "PYTHONPATH": path},
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return time.monotonic() - t0
 
 
 def _case_files(tree: str) -> List[str]:
-    d = os.path.join(tree, "cases", "torch")
-    return [os.path.join("cases", "torch", n) for n in os.listdir(d) if n.startswith("case_") and n.endswith(".py")]
+    """Every torch case file of ``tree`` (op cases, the TP suite, the training net)."""
+    found = []
+    for d, _, names in os.walk(os.path.join(tree, "cases", "torch")):
+        found.extend(os.path.relpath(os.path.join(d, n), tree) for n in names
+                     if n.startswith("case_") and n.endswith(".py"))
+    return found
 
 
 def bench_verdicts(python: str, before: str) -> None:
@@ -231,7 +236,7 @@ def bench_verdicts(python: str, before: str) -> None:
                 walls["working tree"].append(_main_job_wall(python, ROOT))
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", old], cwd=ROOT, check=False)
-    print("  cpu_level0 main job through the CLI (op cases), alternated:")
+    print("  cpu_level0 main job through the CLI (every torch case file), alternated:")
     for name, ws in walls.items():
         print(f"    {name:14} " + ", ".join(f"{w:.1f} s" for w in ws) + f"  (best {min(ws):.1f} s)")
 

@@ -146,3 +146,18 @@ def test_broken_capabilities_are_caught_naming_step_quantity_and_parameter(tmp_p
     assert tp["step"] == "compare" and tp["error"].startswith("step 0 loss:"), tp
     hook = results["broken_hook_on_forward"]["failures"][0]
     assert "layout injection ran as ['pre-hook', 'injected']" in hook["error"]
+
+
+def test_every_seed001_domain_has_mechanism_and_single_capability_cases():
+    """The capability table of cases/torch/training: every domain of seed 001 §1.1 (minus HSDP and
+    torch.compile) has a layer-1 and a layer-2 case (python -m meshtest coverage)."""
+    from meshtest.model.scan import scan_case_file
+    from meshtest.report.coverage import read_domains
+
+    root = os.path.join(REPO, "cases", "torch", "training")
+    files = sorted(os.path.join(root, f) for f in os.listdir(root) if f.startswith("case_") and f.endswith(".py"))
+    scans = [scan_case_file(f) for f in files]
+    assert not [s.error for s in scans if s.error]
+    cov = coverage(read_domains(os.path.join(root, "seed001_domains.txt")), scans)
+    assert cov.ok, "\n".join(format_coverage(cov))
+    assert len(cov.domains) == 17 and "hsdp" not in cov.domains

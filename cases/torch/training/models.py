@@ -93,3 +93,31 @@ def adam(params, api):
 
 def sgd_momentum(params, api):
     return api.torch.optim.SGD(params, lr=0.05, momentum=0.9)
+
+
+def moe(api, dim=16, experts=2):
+    """A top-1 mixture of experts: ``gate`` scores each row, the highest-scoring expert in
+    ``experts.<e>`` transforms it, weighted by its gate probability, then ``head``."""
+    nn, torch = api.nn, api.torch
+
+    class MoE(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = nn.Linear(dim, experts, bias=False)
+            self.experts = nn.ModuleDict({str(e): nn.Linear(dim, dim) for e in range(experts)})
+            self.head = nn.Linear(dim, dim)
+
+        def route(self, x):
+            probs = torch.softmax(self.gate(x), dim=-1)
+            choice = probs.argmax(dim=-1)
+            return choice, probs.gather(1, choice[:, None])
+
+        def forward(self, x):
+            choice, weight = self.route(x)
+            out = torch.zeros_like(x)
+            for e, expert in self.experts.items():
+                mask = choice == int(e)
+                out = out.index_put((mask,), expert(x[mask]))
+            return self.head(out * weight)
+
+    return MoE()

@@ -223,10 +223,13 @@ FEATURES = {
     "fsdp2.mixed_precision": "fully_shard(mp_policy=MixedPrecisionPolicy(...))",
     "pipelining": "torch.distributed.pipelining: PipelineStage and schedules",
     "pipelining.zero_bubble": "the zero-bubble pipeline schedules (ScheduleInterleavedZeroBubble, ZBVZeroBubble)",
-    "context_parallel": "context_parallel attention (ring attention over a sequence-sharded mesh)",
+    "context_parallel": "context_parallel attention (ring attention over a sequence-sharded mesh): DTensor must "
+                        "shard the device's SDPA kernel (CUDA flash/efficient; the CPU flash kernel has no strategy)",
+    "dtensor_rng": "DTensor random ops (OffsetBasedRNGTracker): a device RNG DTensor supports (CUDA-like; not CPU)",
     "checkpoint": "activation checkpoint (torch.utils.checkpoint) and saved-tensor hooks",
     "dcp": "torch.distributed.checkpoint save/load of sharded state",
-    "symmetric_memory": "symmetric memory (torch.distributed._symmetric_memory) on the device",
+    "symmetric_memory": "symmetric memory (torch.distributed._symmetric_memory): device peer memory (CUDA), not "
+                        "CPU/gloo",
     "meta_init": "meta-device module construction and to_empty materialization",
 }
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..contract import (
     DUMP_GRACE_S,
@@ -47,26 +47,33 @@ RANK_ENTRY = "meshtest.rank.entry"
 
 
 def launch_command(kind: str, nproc: int, entry_args: Sequence[str], python: str = sys.executable,
-                   master_port: Optional[int] = None) -> List[str]:
-    """Command line that starts ``nproc`` ranks of :data:`RANK_ENTRY` with ``entry_args``.
+                   master_port: Optional[int] = None) -> Tuple[List[str], Dict[str, str]]:
+    """Command line (and the environment it adds) that starts ``nproc`` ranks of
+    :data:`RANK_ENTRY` with ``entry_args``.
 
     ``torchrun``: ``python -m torch.distributed.run --standalone`` (single node; the
     rendezvous store binds an OS-assigned free port, so concurrent launches do not clash).
     With ``master_port`` (sites that need a fixed port, ``$MESHTEST_MASTER_PORT``): static
     rendezvous on ``127.0.0.1:master_port``, where a port already in use fails the launch with
-    ``EADDRINUSE`` and the runner retries on another port.
+    ``EADDRINUSE`` and the runner retries on another port. One rank needs no launcher: the
+    runner starts it itself with torchrun's environment (``RANK=0``, ``WORLD_SIZE=1``,
+    ``MASTER_ADDR``/``MASTER_PORT``), saving torchrun's agent.
 
     :param nproc: number of ranks; must equal prod(mesh_shape) of the launch's cases.
     :raises ValueError: unknown ``kind`` or ``nproc < 1``.
     """
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
-    if kind == "torchrun":
-        rendezvous = (["--standalone"] if master_port is None
-                      else ["--master-addr=127.0.0.1", f"--master-port={master_port}"])
-        return [python, "-m", "torch.distributed.run", *rendezvous, "--nnodes=1", f"--nproc-per-node={nproc}",
-                "-m", RANK_ENTRY, *entry_args]
-    raise ValueError(f"unknown launcher kind {kind!r}; known: torchrun")
+    if kind != "torchrun":
+        raise ValueError(f"unknown launcher kind {kind!r}; known: torchrun")
+    if nproc == 1:
+        env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port or free_port())}
+        return [python, "-m", RANK_ENTRY, *entry_args], env
+    rendezvous = (["--standalone"] if master_port is None
+                  else ["--master-addr=127.0.0.1", f"--master-port={master_port}"])
+    return [python, "-m", "torch.distributed.run", *rendezvous, "--nnodes=1", f"--nproc-per-node={nproc}",
+            "-m", RANK_ENTRY, *entry_args], {}
 
 
 @dataclass
@@ -227,8 +234,8 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
                mesh_dim_names=group.mesh_dim_names, out_dir=os.path.abspath(out_dir), case_timeout_s=case_timeout_s,
                cases=group.cases, slots=slot_ids, fail_fast=fail_fast,
                collective_checks=collective_checks).write(plan_path)
-    cmd = launch_command(backend_info(platform).launcher, group.world_size, ["--plan", plan_path],
-                         master_port=master_port)
+    cmd, extra_env = launch_command(backend_info(platform).launcher, group.world_size, ["--plan", plan_path],
+                                    master_port=master_port)
     t0 = time.monotonic()
     watcher = RankWatcher(out_dir, group.world_size, time.time())
     timed_out = False
@@ -239,7 +246,8 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
         logf.flush()
         # Own session, so the launch (launcher and ranks) can be killed as one group;
         # die_with_parent so it also dies if this runner is killed outright.
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=_launch_env(device_kind, slot_ids),
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
+                                env={**_launch_env(device_kind, slot_ids), **extra_env},
                                 pass_fds=lease.fds, start_new_session=True, preexec_fn=die_with_parent)
         try:
             while proc.poll() is None:

@@ -391,7 +391,6 @@ class TorchGlooBackend(ShardBackend):
         found.update(_probe_modules({
             "training": (),
             "pipelining": ("torch.distributed.pipelining",),
-            "context_parallel": ("torch.distributed.tensor.experimental",),
             "checkpoint": ("torch.utils.checkpoint",),
             "dcp": ("torch.distributed.checkpoint",),
             "meta_init": (),
@@ -399,7 +398,10 @@ class TorchGlooBackend(ShardBackend):
         import torch.distributed.pipelining as pipelining
         if hasattr(pipelining, "ScheduleInterleavedZeroBubble") and hasattr(pipelining, "ScheduleZBVZeroBubble"):
             found.add("pipelining.zero_bubble")
-        # symmetric memory needs a device with peer-to-peer memory (CUDA); not on CPU/gloo
+        # This backend runs on CPU: context parallel needs a sharding strategy for the CPU flash
+        # attention kernel (torch 2.13 has none: NotImplementedError), DTensor's RNG tracker a
+        # CUDA-like device (is_rng_supported_mesh is False on CPU), symmetric memory device peer
+        # memory. Those features stay absent, so their cases report unsupported with the reason.
         return frozenset(found)
 
     def scenario_api(self) -> Any:
@@ -421,7 +423,8 @@ class TorchGlooBackend(ShardBackend):
                    dcp=_optional_module("torch.distributed.checkpoint"))
         api.update(torch=torch, nn=torch.nn, F=torch.nn.functional, dist=dist, DTensor=dt.DTensor,
                    Shard=dt.Shard, Replicate=dt.Replicate, Partial=dt.Partial,
-                   distribute_tensor=dt.distribute_tensor, init_device_mesh=init_device_mesh,
+                   distribute_tensor=dt.distribute_tensor, distribute_module=dt.distribute_module,
+                   init_device_mesh=init_device_mesh,
                    CommDebugMode=CommDebugMode, fully_shard=fully_shard,
                    funcol=torch.distributed._functional_collectives,
                    # the keys of CommDebugMode.get_comm_counts(): comm_ops.all_reduce, .reduce_scatter_tensor, ...

@@ -1,0 +1,287 @@
+"""Layer 2 (seed 001 §4.3): communication, DTensor, declarative layouts, expert parallel,
+context parallel, symmetric memory, distributed checkpoint and resume — each as one capability
+trained (or saved and restored) against its single-device baseline.
+
+- comms: data parallel by hand — the batch split over ``dp``, every gradient all-reduced (summed
+  then divided by the group size) from ``register_post_accumulate_grad_hook``;
+- dtensor: ``distribute_module`` with replicated parameters and the batch distributed
+  ``Shard(0)`` (DTensor data parallel: the gradients come back ``Partial`` and gather to the
+  baseline's);
+- shard: a ``PrepareModuleInputOutput`` plan at the root injecting the input and output layouts
+  around a Colwise/Rowwise pair;
+- moe: expert parallel on 2 ranks, one expert each: rows dispatched to their expert's rank and
+  back with an autograd ``all_to_all_single``; the gate and head gradients all-reduced, each
+  rank's loss scaled by 1/2 so that expert gradients (summed over every rank's rows) match;
+- cp: causal attention trained under ``context_parallel`` (sequence sharded over ``cp``, ring
+  attention, gradients summed over ``cp``); symm_mem: ``w1`` through symmetric memory's fused
+  all-gather + matmul. Both need device kernels (CUDA): on CPU/gloo they report unsupported with
+  the reason, and are not run — so not verified on this platform;
+- dcp: model, optimizer and a scalar through ``torch.distributed.checkpoint`` save/load with
+  FSDP2 — every tensor and the scalar come back exactly;
+- resume: the same checkpoint loaded into a fresh FSDP2 model and optimizer trains on exactly
+  like the run that never stopped.
+"""
+from cases.torch.training.models import adam, mlp, moe, mse, regression, stack
+from meshtest import ScenarioCase, TrainCase, register
+
+L0 = ("cpu_level0", "cpu_level1")
+L1 = ("cpu_level1",)
+TWO = (2,)
+
+
+def ddp_by_hand(model, ctx):
+    dist = ctx.api.dist
+    group = ctx.mesh.get_group("dp")
+    n = dist.get_world_size(group)
+
+    def average(p):
+        dist.all_reduce(p.grad, group=group)
+        p.grad.div_(n)
+
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(average)
+    return model
+
+
+def dtensor_data_parallel(model, ctx):
+    api = ctx.api
+    return api.distribute_module(
+        model, ctx.mesh, input_fn=lambda mod, inputs, mesh: tuple(
+            api.distribute_tensor(x, mesh, [api.Shard(0)]) for x in inputs))
+
+
+def sharded_target_step(model, inputs, target, loss_fn, ctx):
+    api = ctx.api
+    loss = loss_fn(model(*inputs), api.distribute_tensor(target, ctx.mesh, [api.Shard(0)]))
+    loss.backward()
+    return loss
+
+
+def layouts_at_the_root(model, ctx):
+    api = ctx.api
+    R = api.Replicate()
+    plan = {"": api.PrepareModuleInputOutput(input_layouts=(R,), desired_input_layouts=(R,), output_layouts=(R,),
+                                             desired_output_layouts=(R,), use_local_output=True),
+            "w1": api.ColwiseParallel(), "w2": api.RowwiseParallel(use_local_output=False)}
+    return api.parallelize_module(model, ctx.mesh, plan)
+
+
+def expert_parallel(model, ctx):
+    """Keep this rank's expert, exchange rows with all-to-all, all-reduce the shared gradients."""
+    api = ctx.api
+    torch, dist = api.torch, api.dist
+    funcol = api.funcol
+    group, rank, n = ctx.mesh.get_group("ep"), ctx.rank, ctx.world_size
+    mine = model.experts[str(rank)]
+    model.experts = api.nn.ModuleDict({str(rank): mine})
+    shared = [p for name, p in model.named_parameters() if not name.startswith("experts.")]
+    for p in shared:
+        p.register_post_accumulate_grad_hook(lambda p: dist.all_reduce(p.grad, group=group))
+
+    def forward(x):
+        choice, weight = model.route(x)
+        order = torch.argsort(choice, stable=True)
+        send = [int((choice == e).sum()) for e in range(n)]
+        counts = torch.tensor(send)
+        recv_counts = torch.empty_like(counts)
+        dist.all_to_all_single(recv_counts, counts, group=group)
+        recv = recv_counts.tolist()
+        rows = funcol.all_to_all_single_autograd(x[order], recv, send, group)
+        done = funcol.all_to_all_single_autograd(mine(rows), send, recv, group)
+        out = torch.zeros_like(x).index_put((order,), done)
+        return model.head(out * weight)
+
+    model.forward = forward
+    ctx.partial = True  # each rank holds one expert
+    return model
+
+
+def scaled_loss_step(model, inputs, target, loss_fn, ctx):
+    """The local loss divided by the ranks: the summed gradients are the full batch's."""
+    loss = loss_fn(model(*inputs), target)
+    (loss / ctx.world_size).backward()
+    return loss
+
+
+def _fsdp_model_and_optimizer(api, mesh, seed):
+    api.torch.manual_seed(seed)
+    model = stack(api, layers=2)
+    for block in model.blocks.values():
+        api.fully_shard(block, mesh=mesh)
+    api.fully_shard(model, mesh=mesh)
+    return model, api.torch.optim.Adam(model.parameters(), lr=1e-2)
+
+
+def _train(api, model, opt, step):
+    api.torch.manual_seed(500 + step)
+    mse(model(api.torch.randn(8, 16)), api.torch.zeros(8, 16)).backward()
+    opt.step()
+    opt.zero_grad()
+
+
+class _CheckpointDir:
+    """A directory every rank agrees on: rank 0 makes it and broadcasts its path, and removes it
+    once every rank is done with it."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def __enter__(self) -> str:
+        import tempfile
+
+        box = [tempfile.mkdtemp(prefix="meshtest-dcp-") if self.ctx.rank == 0 else None]
+        self.ctx.api.dist.broadcast_object_list(box, src=0)
+        self.path = box[0]
+        return self.path
+
+    def __exit__(self, *exc):
+        import shutil
+
+        self.ctx.api.dist.barrier()
+        if self.ctx.rank == 0:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _full_state(api, model, opt):
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    msd, osd = get_state_dict(model, opt)
+    full = lambda t: t.full_tensor() if isinstance(t, api.DTensor) else t  # noqa: E731
+    flat = {f"model.{k}": full(v) for k, v in msd.items()}
+    for fqn, state in osd["state"].items():
+        flat.update({f"optim.{fqn}.{k}": full(v) for k, v in state.items() if isinstance(v, api.torch.Tensor)})
+    return flat
+
+
+def dcp_round_trip(ctx):
+    api = ctx.api
+    dcp = api.dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model, opt = _fsdp_model_and_optimizer(api, ctx.mesh, 11)
+    _train(api, model, opt, 0)
+    with _CheckpointDir(ctx) as path:
+        msd, osd = get_state_dict(model, opt)
+        ctx.step("save")
+        dcp.save({"model": msd, "optim": osd, "extra": {"step": api.torch.tensor(1)}}, checkpoint_id=path)
+        ctx.step("load")
+        fresh, fresh_opt = _fsdp_model_and_optimizer(api, ctx.mesh, 99)
+        _train(api, fresh, fresh_opt, 7)  # a different history, so the load must overwrite everything
+        fmsd, fosd = get_state_dict(fresh, fresh_opt)
+        state = {"model": fmsd, "optim": fosd, "extra": {"step": api.torch.tensor(0)}}
+        dcp.load(state, checkpoint_id=path)
+    set_state_dict(fresh, fresh_opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    assert int(state["extra"]["step"]) == 1, state["extra"]
+    want, got = _full_state(api, model, opt), _full_state(api, fresh, fresh_opt)
+    assert sorted(want) == sorted(got), (sorted(want), sorted(got))
+    for key in sorted(want):
+        ctx.assert_equal(got[key], want[key], label=key)
+
+
+def resume_equals_continuous(ctx):
+    api = ctx.api
+    dcp = api.dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model, opt = _fsdp_model_and_optimizer(api, ctx.mesh, 12)
+    for step in range(2):
+        _train(api, model, opt, step)
+    with _CheckpointDir(ctx) as path:
+        msd, osd = get_state_dict(model, opt)
+        ctx.step("save")
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
+        ctx.step("continuous")
+        for step in range(2, 4):
+            _train(api, model, opt, step)
+        ctx.step("resume")
+        again, again_opt = _fsdp_model_and_optimizer(api, ctx.mesh, 12)
+        amsd, aosd = get_state_dict(again, again_opt)
+        state = {"model": amsd, "optim": aosd}
+        dcp.load(state, checkpoint_id=path)
+    set_state_dict(again, again_opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    for step in range(2, 4):
+        _train(api, again, again_opt, step)
+    want, got = _full_state(api, model, opt), _full_state(api, again, again_opt)
+    for key in sorted(want):
+        ctx.assert_equal(got[key], want[key], label=f"after resume, {key}")
+
+
+def attention(api, dim=16):
+    """Self-attention over the sequence dim of ``(batch, seq, dim)`` rows, then a projection."""
+    nn, F = api.nn, api.F
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(dim, 3 * dim)
+            self.out = nn.Linear(dim, dim)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).unsqueeze(1).chunk(3, dim=-1)
+            return self.out(F.scaled_dot_product_attention(q, k, v, is_causal=True).squeeze(1))
+
+    return Attention()
+
+
+def sequences(i, api):
+    g = api.torch.Generator().manual_seed(2000 + i)
+    return api.torch.randn(2, 8, 16, generator=g), api.torch.randn(2, 8, 16, generator=g)
+
+
+def context_parallel_step(model, inputs, target, loss_fn, ctx):
+    """Forward and backward under ``context_parallel``: the sequence dim of the input and the
+    target sharded over ``cp``, the attention run as ring attention; each rank's loss over its
+    sequence chunk, scaled by 1/cp, and the gradients summed over ``cp``."""
+    from torch.distributed.tensor.experimental import context_parallel
+
+    x = inputs[0].clone()
+    target = target.clone()
+    with context_parallel(ctx.mesh, buffers=[x, target], buffer_seq_dims=[1, 1]):
+        loss = loss_fn(model(x), target)
+        (loss / ctx.world_size).backward()
+    for p in model.parameters():
+        ctx.api.dist.all_reduce(p.grad, group=ctx.mesh.get_group("cp"))
+    return loss
+
+
+def symmetric_memory_all_gather_matmul(model, ctx):
+    """``w1`` computed by symmetric memory's fused all-gather + matmul over row-sharded inputs."""
+    from torch.distributed import _symmetric_memory as symm
+
+    group = ctx.mesh.get_group()
+    symm.enable_symm_mem_for_group(group.group_name)
+    w1, rank, n = model.w1, ctx.rank, ctx.world_size
+
+    def fused(x):
+        local = x.chunk(n, dim=0)[rank].contiguous()
+        gathered, (out,) = ctx.api.torch.ops.symm_mem.fused_all_gather_matmul(local, [w1.weight.t()], 0,
+                                                                              group.group_name)
+        return out + w1.bias
+
+    w1.forward = fused
+    return model
+
+
+register(TrainCase(name="train_comms_ddp_by_hand", model=mlp, data=regression, loss=mse, parallelize=ddp_by_hand,
+                   optimizer=adam, steps=2, batch_split="dp", mesh_shape=TWO, mesh_dim_names=("dp",), tags=L0,
+                   capabilities=("comms",), layer=2))
+register(TrainCase(name="train_dtensor_data_parallel", model=mlp, data=regression, loss=mse,
+                   parallelize=dtensor_data_parallel, train_step=sharded_target_step, optimizer=adam, steps=2,
+                   mesh_shape=TWO, mesh_dim_names=("dp",), tags=L0, capabilities=("dtensor",), layer=2))
+register(TrainCase(name="train_shard_layouts_at_the_root", model=mlp, data=regression, loss=mse,
+                   parallelize=layouts_at_the_root, optimizer=adam, steps=2, mesh_shape=TWO, mesh_dim_names=("tp",),
+                   tags=L1, capabilities=("shard", "tp"), layer=2, requires=("tp.styles",)))
+register(TrainCase(name="train_moe_expert_parallel", model=moe, data=regression, loss=mse, parallelize=expert_parallel,
+                   train_step=scaled_loss_step, optimizer=adam, steps=2, batch_split="ep", mesh_shape=TWO,
+                   mesh_dim_names=("ep",), tags=L0, capabilities=("moe",), layer=2))
+register(TrainCase(name="train_cp_context_parallel_attention", model=attention, data=sequences, loss=mse,
+                   train_step=context_parallel_step, steps=2, mesh_shape=TWO, mesh_dim_names=("cp",), tags=L1,
+                   capabilities=("cp",), layer=2, requires=("context_parallel",)))
+register(TrainCase(name="train_symm_mem_fused_all_gather_matmul", model=mlp, data=regression, loss=mse,
+                   parallelize=symmetric_memory_all_gather_matmul, steps=2, mesh_shape=TWO, tags=L1,
+                   capabilities=("symm_mem",), layer=2, requires=("symmetric_memory",)))
+register(ScenarioCase(name="l2_dcp_save_load_round_trip", fn=dcp_round_trip, mesh_shape=TWO, mesh_dim_names=("dp",),
+                      tags=L0, capabilities=("dcp", "fsdp"), layer=2, requires=("dcp", "fsdp2")))
+register(ScenarioCase(name="l2_resume_equals_continuous", fn=resume_equals_continuous, mesh_shape=TWO,
+                      mesh_dim_names=("dp",), tags=L0, capabilities=("resume", "dcp"), layer=2,
+                      requires=("dcp", "fsdp2")))
