@@ -204,3 +204,84 @@ register(ScenarioCase(name="l1_clip_skips_frozen_and_gradless", fn=clip_skips_fr
                       mesh_shape=ONE, tags=L0, capabilities=("clip_grad",), layer=1))
 register(ScenarioCase(name="l1_meta_params_materialize_on_to_empty", fn=meta_params_materialize_on_to_empty,
                       mesh_shape=ONE, tags=L0, capabilities=("init",), layer=1, requires=("meta_init",)))
+
+
+def tp_injected_layouts_are_stable(ctx):
+    """TP: the input a ColwiseParallel linear receives (seen by a pre-hook registered after
+    ``parallelize_module``) is a Replicate DTensor and its output a local shard of the last dim,
+    identically on every call."""
+    api = ctx.api
+    model = api.parallelize_module(mlp(api), ctx.mesh, {"w1": api.ColwiseParallel(), "w2": api.RowwiseParallel()})
+    seen = []
+    model.w1.register_forward_pre_hook(lambda m, args: seen.append(("in", type(args[0]).__name__,
+                                                                       getattr(args[0], "placements", None))))
+    model.w1.register_forward_hook(lambda m, args, out: seen.append(("out", type(out).__name__, tuple(out.shape))))
+    for call in range(2):
+        ctx.step(f"call {call}")
+        model(api.torch.randn(4, 16))
+    first = [("in", "DTensor", (api.Replicate(),)), ("out", "Tensor", (4, 32 // ctx.world_size))]
+    assert seen == first * 2, seen
+
+
+def backward_hooks_run_in_reverse_module_order(ctx):
+    """Swap / prefetch: full backward pre-hooks and hooks fire once per block in backward, the
+    last block first, each block's pre-hook before its hook (the boundaries swap prefetches and
+    frees at)."""
+    api = ctx.api
+    model, events = stack(api, layers=3), []
+    for name, block in model.blocks.items():
+        block.register_full_backward_pre_hook(lambda m, g, name=name: events.append(f"pre {name}"))
+        block.register_full_backward_hook(lambda m, gi, go, name=name: events.append(f"post {name}"))
+    x = api.torch.randn(2, 16, requires_grad=True)
+    ctx.step("backward")
+    model(x).sum().backward()
+    assert events == ["pre 2", "post 2", "pre 1", "post 1", "pre 0", "post 0"], events
+
+
+def loaded_state_stays_bound_to_the_optimizer(ctx):
+    """DCP / FSDP: ``load_state_dict`` into an FSDP2 model copies into the parameters the
+    optimizer holds (same objects, still sharded DTensors), so the next step trains them."""
+    api = ctx.api
+    model = mlp(api)
+    api.fully_shard(model, mesh=ctx.mesh)
+    opt = api.torch.optim.SGD(model.parameters(), lr=0.1)
+    before = [id(p) for p in model.parameters()]
+    donor = mlp(api)
+    api.fully_shard(donor, mesh=ctx.mesh)
+    ctx.step("load")
+    model.load_state_dict(donor.state_dict())
+    assert [id(p) for p in model.parameters()] == before, "load_state_dict replaced the parameter objects"
+    assert [id(p) for p in opt.param_groups[0]["params"]] == before
+    assert all(isinstance(p, api.DTensor) for p in model.parameters())
+    ctx.step("step")
+    mse(model(api.torch.randn(4, 16)), api.torch.zeros(4, 16)).backward()
+    w = model.w1.weight.full_tensor().clone()
+    opt.step()
+    assert not api.torch.equal(w, model.w1.weight.full_tensor()), "the optimizer did not move the loaded weights"
+
+
+def load_after_meta_materialization(ctx):
+    """Meta init: ``load_state_dict`` into a model materialized from meta (``to_empty``) gives
+    real, trainable parameters equal to the checkpoint's."""
+    api = ctx.api
+    torch = api.torch
+    source = mlp(api)
+    with torch.device("meta"):
+        model = mlp(api)
+    model.to_empty(device="cpu")
+    ctx.step("load")
+    model.load_state_dict(source.state_dict())
+    for (name, a), (_, b) in zip(model.named_parameters(), source.named_parameters()):
+        ctx.assert_equal(a.detach(), b.detach(), label=name)
+        assert a.requires_grad and not a.is_meta, name
+
+
+register(ScenarioCase(name="l1_tp_injected_layouts_are_stable", fn=tp_injected_layouts_are_stable, mesh_shape=TWO,
+                      mesh_dim_names=("tp",), tags=L0, capabilities=("tp", "shard"), layer=1, requires=("tp.styles",)))
+register(ScenarioCase(name="l1_backward_hooks_reverse_module_order", fn=backward_hooks_run_in_reverse_module_order,
+                      mesh_shape=ONE, tags=L0, capabilities=("swap",), layer=1))
+register(ScenarioCase(name="l1_loaded_state_stays_bound_to_the_optimizer", fn=loaded_state_stays_bound_to_the_optimizer,
+                      mesh_shape=TWO, mesh_dim_names=("dp",), tags=L0, capabilities=("dcp", "fsdp"), layer=1,
+                      requires=("fsdp2",)))
+register(ScenarioCase(name="l1_load_after_meta_materialization", fn=load_after_meta_materialization, mesh_shape=ONE,
+                      tags=L0, capabilities=("init",), layer=1, requires=("meta_init",)))

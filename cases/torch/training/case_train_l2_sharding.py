@@ -12,10 +12,12 @@ state agree, step by step.
   relative 2^-8 ≈ 0.4 % per op): compared at rtol 5e-2 / atol 5e-3, the master weights stay
   float32. Momentum SGD, whose update is proportional to the gradient (Adam's normalised
   update turns a bfloat16-sized gradient difference into a full ``lr`` step).
-- Clip grad: the same FSDP2 setup with ``clip_grad_norm=0.5`` — the total norm (a DTensor sum
-  over shards) and the clipped gradients match the baseline's.
+- Clip grad under each parallelism: FSDP2, TP and PP (a stage holds part of the model, so the
+  global norm adds every stage's part) — the total norm and the clipped gradients match.
+- TP through a transformer's paths: vocab-sharded embedding, heads sharded in attention,
+  Colwise/Rowwise MLP, vocab-sharded logits gathered for the cross-entropy.
 """
-from cases.torch.training.models import adam, mlp, mse, regression, sgd_momentum, stack
+from cases.torch.training.models import adam, cross_entropy, mlp, mse, regression, sgd_momentum, stack, tiny_lm, tokens
 from meshtest import CompareSpec, TrainCase, TrainCompare, register
 
 TP = ("tp",)
@@ -62,3 +64,50 @@ register(TrainCase(name="train_fsdp2_clip_grad_norm", model=stack, data=regressi
                    parallelize=fsdp_per_block, optimizer=adam, steps=2, batch_split="dp", clip_grad_norm=0.5,
                    mesh_shape=(2,), mesh_dim_names=DP, tags=L0, capabilities=("fsdp", "clip_grad"), layer=2,
                    requires=("fsdp2",)))
+
+
+def tp_transformer(model, ctx):
+    """Megatron-style TP: vocab-sharded embedding, heads sharded in attention, Colwise/Rowwise MLP,
+    vocab-sharded logits gathered for the loss."""
+    api = ctx.api
+    R = api.Replicate()
+    plan = {"embed": api.RowwiseParallel(input_layouts=R), "attn.wq": api.ColwiseParallel(),
+            "attn.wk": api.ColwiseParallel(), "attn.wv": api.ColwiseParallel(), "attn.wo": api.RowwiseParallel(),
+            "mlp.w1": api.ColwiseParallel(), "mlp.w2": api.RowwiseParallel(),
+            "logits": api.ColwiseParallel(output_layouts=R)}
+    return api.parallelize_module(model, ctx.mesh, plan)
+
+
+def pp_two_stages(model, ctx):
+    """Stage r = blocks 2r, 2r+1 (the head on stage 1), GPipe over 4 micro-batches."""
+    from cases.torch.training.models import stage_of
+
+    pipe = ctx.api.pipelining
+    part = stage_of(model, [str(2 * ctx.rank), str(2 * ctx.rank + 1)], head=ctx.rank == 1)
+    stage = pipe.PipelineStage(part, stage_index=ctx.rank, num_stages=2, device=ctx.api.torch.device("cpu"))
+    ctx.state["schedule"] = pipe.ScheduleGPipe(stage, n_microbatches=4, loss_fn=mse)
+    ctx.partial = True
+    return part
+
+
+def gpipe_step(model, inputs, target, loss_fn, ctx):
+    losses = []
+    if ctx.rank == 0:
+        ctx.state["schedule"].step(*inputs)
+        return None
+    ctx.state["schedule"].step(target=target, losses=losses)
+    return sum(losses) / len(losses)
+
+
+# Momentum SGD here: the key bias has a zero gradient in exact arithmetic (softmax ignores a shift
+# shared by every key), and Adam's normalised step turns its rounding noise into +-lr updates.
+register(TrainCase(name="train_tp_transformer_embedding_attention", model=tiny_lm, data=tokens, loss=cross_entropy,
+                   parallelize=tp_transformer, optimizer=sgd_momentum, steps=2, mesh_shape=(2,), mesh_dim_names=TP,
+                   tags=L0, capabilities=("tp",), layer=2, requires=("tp.styles",)))
+register(TrainCase(name="train_tp_clip_grad_norm", model=mlp, data=regression, loss=mse,
+                   parallelize=tp_colwise_rowwise, optimizer=adam, steps=2, clip_grad_norm=0.2, mesh_shape=(2,),
+                   mesh_dim_names=TP, tags=L1, capabilities=("tp", "clip_grad"), layer=2, requires=("tp.styles",)))
+register(TrainCase(name="train_pp_clip_grad_norm_across_stages", model=stack, data=regression, loss=mse,
+                   parallelize=pp_two_stages, train_step=gpipe_step, optimizer=sgd_momentum, steps=2,
+                   clip_grad_norm=0.2, mesh_shape=(2,), mesh_dim_names=("pp",), tags=L1,
+                   capabilities=("pp", "clip_grad"), layer=2, requires=("pipelining",)))

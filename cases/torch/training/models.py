@@ -121,3 +121,50 @@ def moe(api, dim=16, experts=2):
             return self.head(out * weight)
 
     return MoE()
+
+
+def tiny_lm(api, vocab=32, dim=16, heads=2):
+    """Token embedding, one causal self-attention block (``attn.wq/wk/wv/wo``, heads of
+    ``dim // heads``) with a residual, an MLP block, and an output projection to the vocabulary:
+    the TP paths of a transformer (embedding, attention, MLP, logits). Shapes are inferred from
+    the local projections, so a TP plan that shards heads runs the same code."""
+    nn, F = api.nn, api.F
+    head_dim = dim // heads
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wq, self.wk, self.wv = (nn.Linear(dim, dim) for _ in range(3))
+            self.wo = nn.Linear(dim, dim)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q, k, v = (w(x).view(b, s, -1, head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+            return self.wo(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, -1))
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, dim)
+            self.attn = Attention()
+            self.mlp = mlp(api, dim, 2 * dim)
+            self.logits = nn.Linear(dim, vocab)
+
+        def forward(self, tokens):
+            x = self.embed(tokens)
+            x = x + self.attn(x)
+            x = x + self.mlp(x)
+            return self.logits(x)
+
+    return LM()
+
+
+def tokens(i, api, batch=2, seq=8, vocab=32):
+    """Micro-batch ``i`` of token ids and next-token targets."""
+    g = api.torch.Generator().manual_seed(3000 + i)
+    t = api.torch.randint(0, vocab, (batch, seq + 1), generator=g)
+    return t[:, :-1], t[:, 1:]
+
+
+def cross_entropy(logits, target):
+    return logits.flatten(0, 1).log_softmax(-1).gather(1, target.flatten()[:, None]).neg().mean()

@@ -78,8 +78,9 @@ class TrainCase(_Case):
         elsewhere; ``parallelize`` sets ``ctx.partial`` so that each rank compares the
         parameters it holds). Default: ``loss_fn(model(*inputs), target).backward()``.
     :param clip_grad_norm: clip the gradients' global 2-norm to this value before each optimizer
-        step, in both runs (the platform's ``clip_grad_norm_``); the total norm it returns is
-        compared (quantity ``grad_norm``) and the compared gradients are the clipped ones.
+        step, in both runs (the platform's ``clip_grad_norm_``; a rank holding part of the model
+        adds every rank's part to the norm); the total norm is compared (quantity
+        ``grad_norm``) and the compared gradients are the clipped ones.
     :param compare: :class:`TrainCompare`.
     :param mesh_dim_names: real axis names (the capability reads them).
     :param tags: gate tags. :param capabilities: capability domains covered

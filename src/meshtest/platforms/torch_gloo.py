@@ -269,7 +269,7 @@ class TorchGlooBackend(ShardBackend):
             total = total / dist.get_world_size(group)
         norm = None
         if case.clip_grad_norm is not None:
-            norm = _np(torch.nn.utils.clip_grad_norm_([p for _, p in named], case.clip_grad_norm))
+            norm = _np(self._clip(case.clip_grad_norm, [p for _, p in named], ctx))
         grads = {n: _np(p.grad) for n, p in named if p.grad is not None}
         opt.step()
         params = {n: _np(p) for n, p in named}
@@ -278,6 +278,20 @@ class TorchGlooBackend(ShardBackend):
                  for k, v in state.items() if isinstance(v, torch.Tensor)}
         return TrainSnapshot(None if total is None else total.cpu().numpy(), norm, grads, params, optim,
                              partial=ctx.partial)
+
+    @staticmethod
+    def _clip(max_norm: float, params: list, ctx: TrainContext) -> Any:
+        """``clip_grad_norm_`` over the whole model: a rank holding part of it (a pipeline stage)
+        adds the squared norms of every rank's part (all-reduce over the mesh) before clipping,
+        as the model's global norm requires."""
+        if not ctx.partial:
+            return torch.nn.utils.clip_grad_norm_(params, max_norm)
+        grads = [p.grad for p in params if p.grad is not None]
+        squared = torch.nn.utils.get_total_norm(grads).pow(2) if grads else torch.zeros(())
+        dist.all_reduce(squared)
+        total = squared.sqrt()
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+        return total
 
     @staticmethod
     def _split_batch(tensors: tuple, mesh: Any, axis: str) -> tuple:
