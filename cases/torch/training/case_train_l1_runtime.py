@@ -206,6 +206,106 @@ def symmetric_memory_put_get(ctx):
     assert peer[0].item() == float((ctx.rank + 1) % ctx.world_size)
 
 
+def pp_shared_parameter_grads_synced_after_the_schedule(ctx):
+    """PP: a parameter shared by two stages (a tied input projection and output head) gets its
+    gradient in two pieces. Within ``schedule.step`` the stage's gradient is written once per
+    micro-batch (its post-accumulate-grad hook fires ``n_microbatches`` times), so the tied-weight
+    sync belongs after ``step`` returns: then the sum of both stages' gradients equals the
+    single-device gradient of the tied weight, and neither stage's piece alone does."""
+    api = ctx.api
+    torch, nn, pipe, dist = api.torch, api.nn, api.pipelining, api.dist
+    torch.manual_seed(11)
+    tied = torch.randn(16, 16) * 0.2
+    x, y = torch.randn(4, 16), torch.randn(4, 16)
+
+    class Stage(nn.Module):
+        def __init__(self, head):
+            super().__init__()
+            self.proj = nn.Linear(16, 16, bias=False)
+            self.head = head
+            with torch.no_grad():
+                self.proj.weight.copy_(tied)
+
+        def forward(self, h):
+            return self.proj(api.F.gelu(h) if self.head else h)
+
+    ctx.step("baseline")
+    whole = nn.Linear(16, 16, bias=False)
+    with torch.no_grad():
+        whole.weight.copy_(tied)
+    mse(whole(api.F.gelu(whole(x))), y).backward()
+    expected = whole.weight.grad
+    ctx.step("schedule step")
+    part = Stage(head=ctx.rank == 1)
+    fired = []
+    part.proj.weight.register_post_accumulate_grad_hook(lambda p: fired.append(p.grad.clone()))
+    stage = pipe.PipelineStage(part, stage_index=ctx.rank, num_stages=2, device=torch.device("cpu"))
+    schedule = pipe.ScheduleGPipe(stage, n_microbatches=2, loss_fn=mse)
+    if ctx.rank == 0:
+        schedule.step(x)
+    else:
+        schedule.step(target=y, losses=[])
+    assert len(fired) == 2, f"stage {ctx.rank}: the tied weight's grad was written {len(fired)} times, not once " \
+                            f"per micro-batch (2)"
+    ctx.step("tied-weight sync")
+    piece = part.proj.weight.grad.clone()
+    synced = piece.clone()
+    dist.all_reduce(synced)
+    ctx.assert_close(synced, expected, label="tied weight grad summed over stages")
+    assert not torch.allclose(piece, expected, rtol=1e-3, atol=1e-5), \
+        f"stage {ctx.rank}'s own piece already equals the whole gradient: the case would not see a missing sync"
+
+
+def cp_full_backward_pre_hook_precedes_async_backward(ctx):
+    """CP: attention under context parallelism gathers K/V along the sequence in forward and
+    reduces their gradients with an *asynchronous* collective in backward (the ring / all-gather
+    paths). ``register_full_backward_pre_hook`` on the attention module must fire before that
+    module's backward issues the collective, and ``register_full_backward_hook`` only after the
+    collective's gradient is waited on and complete — in that order on every iteration."""
+    api = ctx.api
+    torch, nn, dist = api.torch, api.nn, api.dist
+    world, rank = ctx.world_size, ctx.rank
+    order = []
+
+    class GatherSeq(torch.autograd.Function):
+        """All-gather the local sequence chunk (dim 1); backward all-reduces asynchronously and
+        keeps this rank's chunk (what CP's all-gather K/V variant does)."""
+
+        @staticmethod
+        def forward(fctx, t):
+            parts = [torch.empty_like(t) for _ in range(world)]
+            dist.all_gather(parts, t.contiguous())
+            return torch.cat(parts, dim=1)
+
+        @staticmethod
+        def backward(fctx, g):
+            g = g.contiguous()
+            order.append("collective issued")
+            work = dist.all_reduce(g, async_op=True)
+            work.wait()
+            order.append("collective waited")
+            return g.chunk(world, dim=1)[rank]
+
+    class Attention(nn.Module):
+        def forward(self, q, k, v):
+            k, v = GatherSeq.apply(k), GatherSeq.apply(v)
+            return api.F.scaled_dot_product_attention(q, k, v)
+
+    attn = Attention()
+    attn.register_full_backward_pre_hook(lambda m, g: order.append("pre-hook") and None)
+    attn.register_full_backward_hook(lambda m, gi, go: order.append("hook") and None)
+    torch.manual_seed(5)
+    full = [torch.randn(1, 8, 4) for _ in range(3)]
+    for it in range(3):
+        order.clear()
+        q, k, v = (t.chunk(world, dim=1)[rank].clone().requires_grad_() for t in full)
+        ctx.step(f"iteration {it} backward")
+        attn(q, k, v).sum().backward()
+        expected = ["pre-hook"] + ["collective issued", "collective waited"] * 2 + ["hook"]
+        assert order == expected, f"iteration {it}: {order}; expected {expected}"
+        assert k.grad is not None and k.grad.shape == k.shape, f"iteration {it}: k.grad {k.grad}"
+
+
 register(ScenarioCase(name="l1_comms_subgroup_and_p2p_order", fn=subgroup_collectives_and_p2p_order, mesh_shape=TWO,
                       tags=L0, capabilities=("comms",), layer=1))
 register(ScenarioCase(name="l1_pp_gpipe_p2p_order", fn=gpipe_p2p_order, mesh_shape=TWO, mesh_dim_names=("pp",),
@@ -227,3 +327,9 @@ register(ScenarioCase(name="l1_symm_mem_put_get", fn=symmetric_memory_put_get, m
                       capabilities=("symm_mem",), layer=1, requires=("symmetric_memory",)))
 register(ScenarioCase(name="l2_rng_dtensor_consistent_across_layouts", fn=dtensor_rng_consistent_across_layouts,
                       mesh_shape=TWO, tags=L1, capabilities=("rng",), layer=2, requires=("dtensor_rng",)))
+register(ScenarioCase(name="l1_pp_shared_param_grads_synced_after_schedule",
+                      fn=pp_shared_parameter_grads_synced_after_the_schedule, mesh_shape=TWO, mesh_dim_names=("pp",),
+                      tags=L0, capabilities=("pp",), layer=1, requires=("pipelining",)))
+register(ScenarioCase(name="l1_cp_full_backward_pre_hook_precedes_async_backward",
+                      fn=cp_full_backward_pre_hook_precedes_async_backward, mesh_shape=TWO, mesh_dim_names=("cp",),
+                      tags=L0, capabilities=("cp",), layer=1))

@@ -12,8 +12,9 @@ trained (or saved and restored) against its single-device baseline.
 - moe: expert parallel on 2 ranks, one expert each: rows dispatched to their expert's rank and
   back with an autograd ``all_to_all_single``; the gate and head gradients all-reduced, each
   rank's loss scaled by 1/2 so that expert gradients (summed over every rank's rows) match;
-- cp: causal attention trained under ``context_parallel`` (sequence sharded over ``cp``, ring
-  attention, gradients summed over ``cp``); symm_mem: ``w1`` through symmetric memory's fused
+- cp: attention trained under ``context_parallel`` (sequence sharded over ``cp``, ring
+  attention, gradients summed over ``cp``): causal, non-causal, and K/V rotated by all-to-all
+  instead of all-gather; symm_mem: ``w1`` through symmetric memory's fused
   all-gather + matmul. Both need device kernels (CUDA): on CPU/gloo they report unsupported with
   the reason, and are not run — so not verified on this platform;
 - dcp: model, optimizer and a scalar through ``torch.distributed.checkpoint`` save/load with
@@ -206,8 +207,9 @@ def resume_equals_continuous(ctx):
         ctx.assert_equal(got[key], want[key], label=f"after resume, {key}")
 
 
-def attention(api, dim=16):
-    """Self-attention over the sequence dim of ``(batch, seq, dim)`` rows, then a projection."""
+def attention(api, dim=16, causal=True):
+    """Self-attention over the sequence dim of ``(batch, seq, dim)`` rows (causal unless
+    ``causal=False``), then a projection."""
     nn, F = api.nn, api.F
 
     class Attention(nn.Module):
@@ -218,9 +220,13 @@ def attention(api, dim=16):
 
         def forward(self, x):
             q, k, v = self.qkv(x).unsqueeze(1).chunk(3, dim=-1)
-            return self.out(F.scaled_dot_product_attention(q, k, v, is_causal=True).squeeze(1))
+            return self.out(F.scaled_dot_product_attention(q, k, v, is_causal=causal).squeeze(1))
 
     return Attention()
+
+
+def noncausal_attention(api):
+    return attention(api, causal=False)
 
 
 def sequences(i, api):
@@ -242,6 +248,19 @@ def context_parallel_step(model, inputs, target, loss_fn, ctx):
     for p in model.parameters():
         ctx.api.dist.all_reduce(p.grad, group=ctx.mesh.get_group("cp"))
     return loss
+
+
+def context_parallel_alltoall_step(model, inputs, target, loss_fn, ctx):
+    """:func:`context_parallel_step` with the K/V shards rotated by all-to-all instead of the
+    default all-gather (the other ring layout of ``set_rotate_method``)."""
+    from torch.distributed.tensor.experimental import _attention
+
+    before = _attention._cp_options.rotate_method
+    _attention.set_rotate_method("alltoall")
+    try:
+        return context_parallel_step(model, inputs, target, loss_fn, ctx)
+    finally:
+        _attention._cp_options.rotate_method = before
 
 
 def symmetric_memory_all_gather_matmul(model, ctx):
@@ -277,6 +296,12 @@ register(TrainCase(name="train_moe_expert_parallel", model=moe, data=regression,
 register(TrainCase(name="train_cp_context_parallel_attention", model=attention, data=sequences, loss=mse,
                    train_step=context_parallel_step, steps=2, mesh_shape=TWO, mesh_dim_names=("cp",), tags=L1,
                    capabilities=("cp",), layer=2, requires=("context_parallel",)))
+register(TrainCase(name="train_cp_noncausal_attention", model=noncausal_attention, data=sequences, loss=mse,
+                   train_step=context_parallel_step, steps=2, mesh_shape=TWO, mesh_dim_names=("cp",), tags=L1,
+                   capabilities=("cp",), layer=2, requires=("context_parallel",)))
+register(TrainCase(name="train_cp_alltoall_rotation", model=attention, data=sequences, loss=mse,
+                   train_step=context_parallel_alltoall_step, steps=2, mesh_shape=TWO, mesh_dim_names=("cp",),
+                   tags=L1, capabilities=("cp",), layer=2, requires=("context_parallel",)))
 register(TrainCase(name="train_symm_mem_fused_all_gather_matmul", model=mlp, data=regression, loss=mse,
                    parallelize=symmetric_memory_all_gather_matmul, steps=2, mesh_shape=TWO, tags=L1,
                    capabilities=("symm_mem",), layer=2, requires=("symmetric_memory",)))
