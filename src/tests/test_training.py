@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -161,3 +162,34 @@ def test_every_seed001_domain_has_mechanism_and_single_capability_cases():
     cov = coverage(read_domains(os.path.join(root, "seed001_domains.txt")), scans)
     assert cov.ok, "\n".join(format_coverage(cov))
     assert len(cov.domains) == 17 and "hsdp" not in cov.domains
+
+
+CASE_LINES = Path(os.path.abspath(__file__)).parents[2] / "tools" / "case_lines.py"
+
+
+def test_case_lines_counts_the_declaration_and_the_functions_it_names(tmp_path):
+    """tools/case_lines.py: a case's size is its register(...) statement plus the same-file
+    functions it names, also through a factory call; other kinds and layers are left out."""
+    path = tmp_path / "case_sizes.py"
+    path.write_text('''
+def par(model, ctx):
+    return model
+
+
+def factory(name):
+    def apply(model, ctx):
+        return model
+    return apply
+
+
+register(TrainCase(name="a", model=mlp, parallelize=par, layer=2,
+                   tags=("cpu_level0",)))
+register(TrainCase(name="b", model=mlp, parallelize=factory("x"), layer=2, tags=("cpu_level0",)))
+register(TrainCase(name="c", model=mlp, parallelize=par, layer=1, tags=("cpu_level0",)))
+register(ScenarioCase(name="d", fn=par, layer=2, tags=("cpu_level0",)))
+''')
+    out = subprocess.run([sys.executable, str(CASE_LINES), "--layer", "2", str(path)], capture_output=True,
+                         text=True, check=True).stdout
+    sizes = {line.split()[1]: int(line.split()[0]) for line in out.splitlines() if line.startswith("  ")}
+    assert sizes == {"a": 2 + 2, "b": 1 + 4}, out
+    assert "2 TrainCase case(s); median 4.5 lines, max 5" in out, out
