@@ -22,15 +22,19 @@ def test_labels_are_normalised_so_meshes_of_one_shape_share_a_launch():
     assert groups[0].mesh_dim_names == ("d0", "d1")
 
 
-def test_needs_mesh_keeps_real_names_and_solo_gets_its_own_launch():
+def test_cases_share_a_launch_by_shape_whatever_their_names_and_solo_gets_its_own():
     cases = [
         scanned("plain", (2, 2), ("dp", "tp")),
-        scanned("mc2", (2, 2), ("dp", "tp"), needs_mesh=True),
-        scanned("mc2b", (2, 2), ("dp", "tp"), needs_mesh=True, lineno=2),
+        scanned("mc2", (2, 2), ("dp", "tp"), needs_mesh=True, lineno=2),
+        scanned("other_names", (2, 2), ("pp", "cp"), needs_mesh=True, lineno=3),
+        scanned("flat", (4,), ("dp",), needs_mesh=True, lineno=4),
         scanned("alone", (2, 2), None, solo=True),
     ]
-    ids = {g.group_id: [c.name for c in g.cases] for g in plan_groups(cases)}
-    assert ids == {"w4-2x2": ["plain"], "w4-2x2-dp.tp": ["mc2", "mc2b"], "w4-2x2-solo-alone": ["alone"]}
+    groups = plan_groups(cases)
+    ids = {g.group_id: [c.name for c in g.cases] for g in groups}
+    assert ids == {"w4-2x2": ["plain", "mc2", "other_names"], "w4-4": ["flat"], "w4-2x2-solo-alone": ["alone"]}
+    # the launch's own mesh has label names; each case still declares (and gets) its own
+    assert {g.group_id: g.mesh_dim_names for g in groups}["w4-2x2"] == ("d0", "d1")
 
 
 def test_order_is_deterministic_whatever_the_input_order():

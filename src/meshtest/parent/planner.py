@@ -1,10 +1,12 @@
 """Suite planning: select cases and group them into launches (seed 000 §3.4, §8.6).
 
 One group is one launch of ``prod(mesh_shape)`` ranks that runs its cases in a fixed order.
-Cases share a group when their meshes are interchangeable: same shape, and — for ordinary
-ops, whose axis names are only labels — names normalised by ndim (``d0, d1, ...``). Cases
-with ``needs_mesh=True`` read real axis names, so they keep them and only share with cases
-of the same names. ``solo_launcher=True`` cases get a group of their own.
+Cases share a group when their meshes have the same shape: the launch's mesh has names
+normalised by ndim (``d0, d1, ...``), and a case that declares axis names (an op case, a
+scenario, a training case) gets a mesh of the same shape with its own names, made once per
+launch by every rank in plan order (:func:`meshtest.rank.entry.run_plan`). So a 2-rank ``tp``
+scenario and a 2-rank ``dp`` training case share one launch. ``solo_launcher=True`` cases get
+a group of their own.
 """
 from __future__ import annotations
 
@@ -41,15 +43,14 @@ class Group:
 
 
 def _group_key(c: ScannedCase) -> tuple:
-    names = c.mesh_dim_names if (c.needs_mesh and c.mesh_dim_names) else normalised_dim_names(len(c.mesh_shape))
     solo = c.name if c.solo_launcher else ""
-    return (c.world_size, c.mesh_shape, names, solo)
+    return (c.world_size, c.mesh_shape, normalised_dim_names(len(c.mesh_shape)), solo)
 
 
 def plan_groups(cases: Iterable[ScannedCase]) -> List[Group]:
     """Group ``cases`` into launches.
 
-    Order is deterministic: groups by (world size, mesh shape, axis names, solo case name);
+    Order is deterministic: groups by (world size, mesh shape, solo case name);
     cases inside a group by (file, line). Every rank of a launch reads the same plan file,
     so all ranks run the same cases in the same order (seed 000 C2).
     """
