@@ -2,7 +2,7 @@
 """Benchmark (prints figures; asserts nothing): suite walls and launches, and slot packing.
 
 Usage: ``python3 tools/bench.py [--skip-suite] [--skip-packing] [--scale 0.1]
-[--verdicts --python PY [--before REF]]``
+[--verdicts --python PY [--before REF]] [--pants-before REF]``
 
 1. Suite, in a throwaway clone (the working tree is never edited), with pantsd off:
    cold ``cpu_level0`` run (a fresh test-env value makes every cache key new), identical warm rerun, a run
@@ -20,6 +20,9 @@ Usage: ``python3 tools/bench.py [--skip-suite] [--skip-packing] [--scale 0.1]
    ``TORCH_DISTRIBUTED_DEBUG=DETAIL``), and with ``--before REF`` the cpu_level0 main job's wall
    through the CLI (``python -m meshtest run cases/torch/case_*.py --tag cpu_level0``) at REF and
    at the working tree, alternated twice so machine noise hits both, side by side.
+4. ``--pants-before REF``: the main job as README runs it (``./pants --tag=cpu_level0 test
+   cases::``, cold: a fresh test-env value per run, pantsd off) in a clone at REF and a clone at
+   HEAD, alternated (REF, HEAD, REF, HEAD), with the test processes and launches each started.
 """
 from __future__ import annotations
 
@@ -70,6 +73,22 @@ def bench_suite() -> None:
     print(f"{'suite run':40} {'wall s':>8} {'exit':>5} {'launches':>9}")
     for name, (wall, rc, launches) in rows:
         print(f"{name:40} {wall:8.1f} {rc:5d} {launches:9d}")
+
+
+def bench_main_job_pants(before: str) -> None:
+    rows = []
+    with tempfile.TemporaryDirectory() as old, tempfile.TemporaryDirectory() as new:
+        subprocess.run(["git", "clone", "-q", ROOT, old], check=True)
+        subprocess.run(["git", "checkout", "-q", before], cwd=old, check=True)
+        subprocess.run(["git", "clone", "-q", ROOT, new], check=True)
+        for _ in range(2):
+            for name, tree in ((before, old), ("HEAD", new)):
+                nonce = f"--test-extra-env-vars=+['MESHTEST_BENCH_NONCE={time.time_ns()}']"
+                rows.append((name, _timed(["./pants", nonce, "--tag=cpu_level0", "test", "cases::"], tree)))
+    print("\ncold `./pants --tag=cpu_level0 test cases::`, alternated")
+    print(f"{'tree':14} {'wall s':>8} {'exit':>5} {'launches':>9}")
+    for name, (wall, rc, launches) in rows:
+        print(f"{name:14} {wall:8.1f} {rc:5d} {launches:9d}")
 
 
 def seed_like_mix(rng: random.Random) -> List[Tuple[int, float]]:
@@ -249,6 +268,8 @@ def main() -> int:
     ap.add_argument("--verdicts", action="store_true", help="the cost of case isolation and collective checks")
     ap.add_argument("--python", default="", help="an interpreter with torch (for --verdicts)")
     ap.add_argument("--before", default="", metavar="REF", help="with --verdicts: main job wall at REF vs now")
+    ap.add_argument("--pants-before", default="", metavar="REF",
+                    help="the cold Pants main job at REF vs HEAD, alternated twice")
     args = ap.parse_args()
     if not args.skip_suite:
         bench_suite()
@@ -258,6 +279,8 @@ def main() -> int:
         if not args.python:
             ap.error("--verdicts needs --python: an interpreter with torch installed")
         bench_verdicts(args.python, args.before)
+    if args.pants_before:
+        bench_main_job_pants(args.pants_before)
     return 0
 
 
