@@ -98,19 +98,26 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_coverage(manifest: str, files: Sequence[str]) -> int:
-    from .report.coverage import coverage, format_coverage, read_domains
+    from .report import coverage
 
+    return _manifest_report(manifest, files, coverage.read_domains, coverage.coverage, coverage.format_coverage)
+
+
+def _manifest_report(manifest: str, files: Sequence[str], read, match, fmt) -> int:
+    """Scan ``files``, match them against the manifest (``match(read(manifest), scans)``) and
+    print ``fmt`` of the result: exit 0 when complete, 1 on a gap or a scan failure, 2 when the
+    manifest cannot be read."""
     scans = [scan_case_file(f) for f in files]
-    for s in scans:
-        if s.error:
-            print(f"{s.path}: scan failed:\n{s.error}", file=sys.stderr)
+    broken = [s for s in scans if s.error]
+    for s in broken:
+        print(f"{s.path}: scan failed:\n{s.error}", file=sys.stderr)
     try:
-        cov = coverage(read_domains(manifest), scans)
+        cov = match(read(manifest), scans)
     except (OSError, ValueError) as e:
         print(f"meshtest: {e}", file=sys.stderr)
         return 2
-    print("\n".join(format_coverage(cov)))
-    return 0 if cov.ok and not any(s.error for s in scans) else 1
+    print("\n".join(fmt(cov)))
+    return 0 if cov.ok and not broken else 1
 
 
 def _cmd_progress(slot_dir: str, watch: float) -> int:
@@ -129,19 +136,9 @@ def _cmd_progress(slot_dir: str, watch: float) -> int:
 
 
 def _cmd_ids(manifest: str, files: Sequence[str]) -> int:
-    from .report.specids import coverage, format_coverage, read_manifest
+    from .report import specids
 
-    scans = [scan_case_file(f) for f in files]
-    broken = [s for s in scans if s.error]
-    for s in broken:
-        print(f"{s.path}: scan failed:\n{s.error}", file=sys.stderr)
-    try:
-        cov = coverage(read_manifest(manifest), scans)
-    except (OSError, ValueError) as e:
-        print(f"meshtest: {e}", file=sys.stderr)
-        return 2
-    print("\n".join(format_coverage(cov)))
-    return 0 if cov.ok and not broken else 1
+    return _manifest_report(manifest, files, specids.read_manifest, specids.coverage, specids.format_coverage)
 
 
 def _cmd_scan(files: Sequence[str]) -> int:

@@ -42,15 +42,20 @@ def tp_grads_accumulate_across_backwards(ctx):
     ctx.assert_close(model.w1.weight.grad.full_tensor(), 2 * once, label="grad after two backwards")
 
 
+def _fsdp2_per_block(ctx):
+    """A 2-block :func:`stack` with ``fully_shard`` on each block and on the root, over ``ctx.mesh``."""
+    model = stack(ctx.api, layers=2)
+    for block in model.blocks.values():
+        ctx.api.fully_shard(block, mesh=ctx.mesh)
+    return ctx.api.fully_shard(model, mesh=ctx.mesh)
+
+
 def fsdp2_unshards_for_forward_and_reshards_after(ctx):
     """FSDP2: a forward pre-hook registered after ``fully_shard`` runs after FSDP2's own (which
     unshards): it sees the block's parameters as unsharded full tensors; after the forward they
     are sharded DTensors again (reshard after forward)."""
     api = ctx.api
-    model = stack(api, layers=2)
-    for block in model.blocks.values():
-        api.fully_shard(block, mesh=ctx.mesh)
-    api.fully_shard(model, mesh=ctx.mesh)
+    model = _fsdp2_per_block(ctx)
     inside = []
     model.blocks["0"].register_forward_pre_hook(
         lambda m, args: inside.append((type(m.mlp.w1.weight).__name__, tuple(m.mlp.w1.weight.shape))))
@@ -66,10 +71,7 @@ def fsdp2_grads_reduced_when_backward_returns(ctx):
     ``backward()`` returns every gradient is a sharded DTensor, and a callback a user queues from
     an output-tensor hook runs after them (``queue_callback`` ordering)."""
     api = ctx.api
-    model = stack(api, layers=2)
-    for block in model.blocks.values():
-        api.fully_shard(block, mesh=ctx.mesh)
-    api.fully_shard(model, mesh=ctx.mesh)
+    model = _fsdp2_per_block(ctx)
     order = []
     out = model(api.torch.randn(4, 16))
     out.register_hook(lambda g: api.torch.autograd.Variable._execution_engine.queue_callback(

@@ -306,6 +306,28 @@ def cp_full_backward_pre_hook_precedes_async_backward(ctx):
         assert k.grad is not None and k.grad.shape == k.shape, f"iteration {it}: k.grad {k.grad}"
 
 
+def mesh_slicing(ctx):
+    """Comms: slicing a ``(dp, tp)`` mesh by name gives 1-D sub-meshes whose process groups hold
+    exactly the ranks along that axis: an all-reduce over ``mesh["tp"]`` sums across tp, one over
+    ``mesh["dp"]`` (size 1 here) leaves the value alone, and each rank's coordinate on a slice
+    is its coordinate on the parent mesh."""
+    api = ctx.api
+    torch, dist = api.torch, api.dist
+    mesh = ctx.mesh
+    ctx.step("slice")
+    tp, dp = mesh["tp"], mesh["dp"]
+    assert (tp.size(), dp.size()) == (2, 1), (tp.size(), dp.size())
+    assert tp.get_local_rank() == mesh.get_coordinate()[1], (tp.get_local_rank(), mesh.get_coordinate())
+    ctx.step("all_reduce over tp")
+    t = torch.full((2,), float(ctx.rank + 1))
+    dist.all_reduce(t, group=tp.get_group())
+    assert t.tolist() == [3.0, 3.0], t.tolist()
+    ctx.step("all_reduce over dp")
+    t = torch.full((2,), float(ctx.rank + 1))
+    dist.all_reduce(t, group=dp.get_group())
+    assert t.tolist() == [float(ctx.rank + 1)] * 2, t.tolist()
+
+
 register(ScenarioCase(name="l1_comms_subgroup_and_p2p_order", fn=subgroup_collectives_and_p2p_order, mesh_shape=TWO,
                       tags=L0, capabilities=("comms",), layer=1))
 register(ScenarioCase(name="l1_pp_gpipe_p2p_order", fn=gpipe_p2p_order, mesh_shape=TWO, mesh_dim_names=("pp",),
@@ -333,3 +355,5 @@ register(ScenarioCase(name="l1_pp_shared_param_grads_synced_after_schedule",
 register(ScenarioCase(name="l1_cp_full_backward_pre_hook_precedes_async_backward",
                       fn=cp_full_backward_pre_hook_precedes_async_backward, mesh_shape=TWO, mesh_dim_names=("cp",),
                       tags=L0, capabilities=("cp",), layer=1))
+register(ScenarioCase(name="l1_comms_mesh_slicing", fn=mesh_slicing, mesh_shape=(1, 2), mesh_dim_names=("dp", "tp"),
+                      tags=L0, capabilities=("comms",), layer=1))

@@ -14,6 +14,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from ..model.rules import CAPABILITIES, LAYERS
 from ..model.scan import FileScan
+from .specids import read_tab_manifest
 
 #: The layers every domain must have a case in (seed 001 §3.4: mechanisms first, then single
 #: capabilities).
@@ -41,22 +42,10 @@ class Coverage:
 
 
 def read_domains(path: str) -> Dict[str, str]:
-    """The manifest's ``domain → description``.
+    """The manifest's ``domain → description`` (:func:`meshtest.report.specids.read_tab_manifest`).
 
     :raises ValueError: a line without a tab, or a domain listed twice (naming the line)."""
-    out: Dict[str, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            line = line.rstrip("\n")
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            if "\t" not in line:
-                raise ValueError(f"{path}:{n}: expected 'domain<TAB>description', got {line!r}")
-            domain, text = line.split("\t", 1)
-            if domain in out:
-                raise ValueError(f"{path}:{n}: domain {domain!r} listed twice")
-            out[domain] = text
-    return out
+    return read_tab_manifest(path, "domain", "description")
 
 
 def coverage(domains: Dict[str, str], scans: Sequence[FileScan]) -> Coverage:

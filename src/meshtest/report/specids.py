@@ -30,10 +30,12 @@ class IdCoverage:
         return not self.missing and not self.unknown
 
 
-def read_manifest(path: str) -> Dict[str, str]:
-    """``{ID: feature}`` in file order.
+def read_tab_manifest(path: str, key: str = "ID", value: str = "feature") -> Dict[str, str]:
+    """``{key: value}`` in file order from ``key<TAB>value`` lines (blank lines and ``#``
+    comments skipped); ``key`` and ``value`` name the columns in errors. Also read by
+    :func:`meshtest.report.coverage.read_domains`.
 
-    :raises ValueError: a line is not ``ID<TAB>feature`` or an ID repeats (naming file and line).
+    :raises ValueError: a line is not ``key<TAB>value`` or a key repeats (naming file and line).
     """
     out: Dict[str, str] = {}
     with open(path, encoding="utf-8") as f:
@@ -41,13 +43,21 @@ def read_manifest(path: str) -> Dict[str, str]:
             line = line.rstrip("\n")
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
-            spec_id, sep, feature = line.partition("\t")
-            if not sep or not spec_id.strip():
-                raise ValueError(f"{path}:{n}: expected 'ID<TAB>feature', got {line!r}")
-            if spec_id in out:
-                raise ValueError(f"{path}:{n}: ID {spec_id!r} listed twice")
-            out[spec_id] = feature.strip()
+            k, sep, v = line.partition("\t")
+            if not sep or not k.strip():
+                raise ValueError(f"{path}:{n}: expected '{key}<TAB>{value}', got {line!r}")
+            if k in out:
+                raise ValueError(f"{path}:{n}: {key} {k!r} listed twice")
+            out[k] = v.strip()
     return out
+
+
+def read_manifest(path: str) -> Dict[str, str]:
+    """A test plan's ``{ID: feature}`` in file order (:func:`read_tab_manifest`).
+
+    :raises ValueError: a line is not ``ID<TAB>feature`` or an ID repeats (naming file and line).
+    """
+    return read_tab_manifest(path, "ID", "feature")
 
 
 def coverage(manifest: Dict[str, str], scans: Sequence[FileScan]) -> IdCoverage:
