@@ -57,3 +57,42 @@ def test_rendezvous_clash_is_retried_a_bounded_number_of_times():
         assert d.retry_rendezvous and d.next_cases == CASES and not d.complete
     d = decide(CASES, facts(clash=True, rc=1), clashes_so_far=RENDEZVOUS_RETRIES)
     assert not d.retry_rendezvous and d.interrupted == CASES and d.next_cases == ()
+
+
+_REPORT = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+meshtest.rank.entry FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-01_13:04:54
+  rank      : 0 (local_rank: 0)
+  exitcode  : {rank0} (pid: 20509)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-01_13:04:54
+  rank      : 1 (local_rank: 1)
+  exitcode  : 7 (pid: 20510)
+============================================================
+"""
+
+
+def test_the_rank_that_died_first_leads_the_report(tmp_path):
+    """Both ranks died without recording the case: torchrun's root cause (rank 1, exit 7) comes
+    first, also when its peer died too; a peer torchrun stopped with SIGTERM is not "died"."""
+    from meshtest.parent.launch import LaunchResult, root_cause_rank
+    from meshtest.parent.outcomes import interrupted
+    from meshtest.parent.planner import plan_groups
+    from meshtest.status import Status
+    from tests.helpers import scanned
+
+    case = scanned("c")
+    group = plan_groups([case])[0]
+    for rank0_exit in (1, -15):
+        (tmp_path / "launcher.log").write_text(_REPORT.format(rank0=rank0_exit))
+        assert root_cause_rank(str(tmp_path / "launcher.log")) == 1
+        res = LaunchResult(rc=1, timed_out=False, wall_s=1.0, out_dir=str(tmp_path))
+        out = interrupted(case, group, res, Status.CRASH)
+        assert [f.rank for f in out.failures] == [1, 0], rank0_exit
+        assert out.failures[0].error.startswith("the rank died (exit 7) before recording the case")

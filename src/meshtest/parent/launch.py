@@ -313,6 +313,16 @@ def rank_exit_codes(launcher_log: str) -> Dict[int, int]:
     return {int(r): int(c) for r, c in _RANK_EXIT.findall(tail(launcher_log, n=None))}
 
 
+_ROOT_CAUSE = re.compile(r"^Root Cause \(first observed failure\):\s*\n(?:.*\n)*?\s*rank\s*:\s*(\d+)", re.M)
+
+
+def root_cause_rank(launcher_log: str) -> Optional[int]:
+    """The rank torchrun's failure report names as ``Root Cause (first observed failure)``, or
+    ``None`` when the log has no such report."""
+    m = _ROOT_CAUSE.search(tail(launcher_log, n=None))
+    return int(m.group(1)) if m else None
+
+
 def describe_exit(rc: int) -> str:
     """``exit 1`` / ``killed by SIGKILL``."""
     if rc < 0:

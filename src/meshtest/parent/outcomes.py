@@ -10,12 +10,13 @@
 from __future__ import annotations
 
 import os
+import signal
 from typing import Dict, List, Mapping, Sequence
 
 from ..contract import GAVE_UP_EXIT, CaseOutcome, RankFailure, RankRecord
 from ..model.scan import ScannedCase
 from ..status import Status, worst
-from .launch import LaunchResult, describe_exit, rank_exit_codes, tail
+from .launch import LaunchResult, describe_exit, rank_exit_codes, root_cause_rank, tail
 from .planner import Group
 
 
@@ -91,9 +92,13 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
             f"{_why_missing(rank, res, exits)}\n-- last lines of rank{rank}.log:\n{log_tail}"
             f"-- last lines of launcher.log:\n{tail(os.path.join(res.out_dir, 'launcher.log'))}")))
     slowest = max((r.duration_s for r in by_rank.values()), default=0.0)
-    # the rank that died first: its own last words matter, not its peers' "connection reset"
-    died = {r for r, code in exits.items() if code not in (0, GAVE_UP_EXIT)}
-    failures.sort(key=lambda f: (f.rank not in died, f.status not in (Status.CRASH, Status.TIMEOUT), f.rank))
+    # the rank that died first: its own last words matter, not its peers' "connection reset".
+    # A rank torchrun stopped with SIGTERM after another rank failed did not die on its own; of
+    # the ranks that did, the one torchrun observed first leads.
+    died = {r for r, code in exits.items() if code not in (0, GAVE_UP_EXIT, -signal.SIGTERM)}
+    first = root_cause_rank(os.path.join(res.out_dir, "launcher.log"))
+    failures.sort(key=lambda f: (f.rank not in died, f.rank != first,
+                                 f.status not in (Status.CRASH, Status.TIMEOUT), f.rank))
     return CaseOutcome(case.name, case.file, group.group_id, group.world_size, status, slowest, None, tuple(failures),
                        launch_dir=os.path.basename(res.out_dir))
 
