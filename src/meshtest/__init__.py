@@ -32,6 +32,7 @@ _EXPORTS = {
     "OpShardCase": "model.spec",
     "ScenarioCase": "model.spec",
     "ScenarioContext": "rank.scenario",
+    "Phase": "model.train",
     "ShardBackend": "platforms.backend",
     "Status": "status",
     "TrainCase": "model.train",

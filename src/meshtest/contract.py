@@ -36,7 +36,7 @@ from .model.scan import ScannedCase
 from .status import Status
 
 #: Version of the launch plan format. Bump it whenever a contract type changes shape.
-PLAN_VERSION = 3
+PLAN_VERSION = 4
 
 #: Default deadline of one case, in seconds. A launch's process-group timeout is half the
 #: longest deadline among its cases.
@@ -131,6 +131,8 @@ class LaunchPlan:
         (``ShardBackend.enable_collective_checks``), so ranks that enter different collectives
         fail at once, naming them, instead of waiting out the deadline.
     :ivar cases: the cases to run, in order (identical on every rank).
+    :ivar cases_dir: absolute directory under which a case keeps files across launches
+        (``<cases_dir>/<case name>/``: the checkpoints of a phased training case).
     """
 
     group_id: str
@@ -144,6 +146,7 @@ class LaunchPlan:
     slots: Tuple[int, ...] = ()
     fail_fast: bool = False
     collective_checks: bool = False
+    cases_dir: str = ""
     version: int = PLAN_VERSION
 
     def to_json(self) -> Dict[str, Any]:

@@ -18,6 +18,7 @@ state agree, step by step.
   Colwise/Rowwise MLP, vocab-sharded logits gathered for the cross-entropy.
 """
 from cases.torch.training.models import adam, cross_entropy, mlp, mse, regression, sgd_momentum, stack, tiny_lm, tokens
+from cases.torch.training.plans import fsdp_per_block, gpipe_step, pp_two_stages
 from meshtest import CompareSpec, TrainCase, TrainCompare, register
 
 TP = ("tp",)
@@ -30,12 +31,6 @@ BF16 = CompareSpec.allclose(rtol=5e-2, atol=5e-3)
 def tp_colwise_rowwise(model, ctx):
     api = ctx.api
     return api.parallelize_module(model, ctx.mesh, {"w1": api.ColwiseParallel(), "w2": api.RowwiseParallel()})
-
-
-def fsdp_per_block(model, ctx):
-    for block in model.blocks.values():
-        ctx.api.fully_shard(block, mesh=ctx.mesh)
-    return ctx.api.fully_shard(model, mesh=ctx.mesh)
 
 
 def fsdp_bf16(model, ctx):
@@ -76,27 +71,6 @@ def tp_transformer(model, ctx):
             "mlp.w1": api.ColwiseParallel(), "mlp.w2": api.RowwiseParallel(),
             "logits": api.ColwiseParallel(output_layouts=R)}
     return api.parallelize_module(model, ctx.mesh, plan)
-
-
-def pp_two_stages(model, ctx):
-    """Stage r = blocks 2r, 2r+1 (the head on stage 1), GPipe over 4 micro-batches."""
-    from cases.torch.training.models import stage_of
-
-    pipe = ctx.api.pipelining
-    part = stage_of(model, [str(2 * ctx.rank), str(2 * ctx.rank + 1)], head=ctx.rank == 1)
-    stage = pipe.PipelineStage(part, stage_index=ctx.rank, num_stages=2, device=ctx.api.torch.device("cpu"))
-    ctx.state["schedule"] = pipe.ScheduleGPipe(stage, n_microbatches=4, loss_fn=mse)
-    ctx.partial = True
-    return part
-
-
-def gpipe_step(model, inputs, target, loss_fn, ctx):
-    losses = []
-    if ctx.rank == 0:
-        ctx.state["schedule"].step(*inputs)
-        return None
-    ctx.state["schedule"].step(target=target, losses=losses)
-    return sum(losses) / len(losses)
 
 
 # Momentum SGD here: the key bias has a zero gradient in exact arithmetic (softmax ignores a shift

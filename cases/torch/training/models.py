@@ -22,9 +22,11 @@ def mlp(api, dim=16, hidden=32):
     return MLP()
 
 
-def stack(api, layers=4, dim=16, hidden=32):
+def stack(api, layers=4, dim=16, hidden=32, noise=0.0):
     """``layers`` MLP blocks with residuals in ``blocks.<i>``, then ``head``: a model to cut
-    into pipeline stages and to wrap per block (FSDP, activation checkpoint)."""
+    into pipeline stages and to wrap per block (FSDP, activation checkpoint). With ``noise``,
+    the forward first adds ``noise * randn(dim)`` drawn from the global RNG (see
+    :func:`noisy_stack`)."""
     nn = api.nn
 
     class Block(nn.Module):
@@ -42,6 +44,8 @@ def stack(api, layers=4, dim=16, hidden=32):
             self.head = nn.Linear(dim, dim)
 
         def forward(self, x):
+            if noise:
+                x = x + noise * api.torch.randn(x.shape[-1])
             for block in self.blocks.values():
                 x = block(x)
             return self.head(x) if self.head is not None else x
@@ -168,3 +172,19 @@ def tokens(i, api, batch=2, seq=8, vocab=32):
 
 def cross_entropy(logits, target):
     return logits.flatten(0, 1).log_softmax(-1).gather(1, target.flatten()[:, None]).neg().mean()
+
+
+def noisy_stack(api):
+    """A :func:`stack` whose forward first adds a small draw of the global RNG to its input
+    (one ``randn(dim)`` per forward, the same on every rank, which are seeded alike): a model
+    whose trajectory depends on the RNG state, so a resume that drops it diverges. Not for
+    pipeline stages (each stage would draw)."""
+    return stack(api, noise=0.05)
+
+
+def decaying_lr(optimizer, api):
+    """``LambdaLR`` with ``lr = base_lr / (1 + epoch)``: the rate is a function of the scheduler's
+    own step count, so a resume that drops the scheduler's state restarts it at ``base_lr``.
+    (A chainable scheduler such as ``StepLR`` multiplies the optimizer's current ``lr``, which
+    the optimizer's state already restores: dropping its state changes nothing measurable.)"""
+    return api.torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 1.0 / (1 + epoch))

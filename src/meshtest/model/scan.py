@@ -20,7 +20,7 @@ and 3.9-compatible.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import CaseDeclarationError
@@ -54,21 +54,34 @@ class ScannedCase:
     capabilities: Tuple[str, ...] = ()
     #: its layer of seed 001 §3.2 (0-4), or ``None``
     layer: Optional[int] = None
+    #: a training case with phases (``TrainCase(phases=...)``): every phase's (mesh shape, axis
+    #: names), phase 1 first; ``()`` for a case that runs in one launch
+    phase_meshes: Tuple[Tuple[Tuple[int, ...], Optional[Tuple[str, ...]]], ...] = ()
+    #: set by the planner on the copy of a phased case that one launch runs (1-based); that copy's
+    #: ``mesh_shape`` and ``mesh_dim_names`` are the phase's
+    phase: Optional[int] = None
 
     @property
     def world_size(self) -> int:
         """``prod(mesh_shape)``."""
         return rules.world_size(self.mesh_shape)
 
+    @property
+    def device_need(self) -> int:
+        """Ranks the case needs at once: its world size, or its largest phase's."""
+        return max([self.world_size] + [rules.world_size(shape) for shape, _ in self.phase_meshes])
+
     def filter_tags(self) -> Tuple[str, ...]:
         """The tags ``--tag`` filters see, on its build target and on the case itself: its gate
-        tags, ``mesh:<world size>``, ``cap:<domain>`` for each capability, ``layer:<n>``."""
-        return (tuple(self.tags) + (f"mesh:{self.world_size}",) + tuple(f"cap:{c}" for c in self.capabilities)
+        tags, ``mesh:<world size>`` (of every phase), ``cap:<domain>`` for each capability,
+        ``layer:<n>``."""
+        sizes = sorted({self.world_size} | {rules.world_size(shape) for shape, _ in self.phase_meshes})
+        return (tuple(self.tags) + tuple(f"mesh:{n}" for n in sizes) + tuple(f"cap:{c}" for c in self.capabilities)
                 + ((f"layer:{self.layer}",) if self.layer is not None else ()))
 
     def to_json(self) -> dict:
         """JSON-able dict (tuples as lists); inverse of :meth:`from_json`."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
+        return {k: _lists(v) for k, v in self.__dict__.items()}
 
     @staticmethod
     def from_json(d: dict) -> "ScannedCase":
@@ -91,10 +104,17 @@ class ScannedCase:
             spec_id=d["spec_id"],
             capabilities=tuple(d["capabilities"]),
             layer=d["layer"],
+            phase_meshes=tuple((tuple(shape), None if names is None else tuple(names))
+                               for shape, names in d.get("phase_meshes", ())),
+            phase=d.get("phase"),
         )
 
 
-_OWN_FIELDS = ("file", "lineno", "kind")
+def _lists(value):
+    return [_lists(v) for v in value] if isinstance(value, (tuple, list)) else value
+
+
+_OWN_FIELDS = ("file", "lineno", "kind", "phase_meshes", "phase")
 if set(ScannedCase.__dataclass_fields__) != set(_OWN_FIELDS + schema.SCANNED_FIELDS):  # pragma: no cover
     raise TypeError(f"ScannedCase fields {sorted(ScannedCase.__dataclass_fields__)} differ from the schema's "
                     f"static fields {schema.SCANNED_FIELDS} + {_OWN_FIELDS}")
@@ -118,7 +138,7 @@ class FileScan:
     @property
     def device_need(self) -> int:
         """Largest world size among the file's cases (0 when it has none)."""
-        return max((c.world_size for c in self.cases), default=0)
+        return max((c.device_need for c in self.cases), default=0)
 
     def target_tags(self) -> Tuple[str, ...]:
         """Build-target tags: every tag a case answers to (:meth:`ScannedCase.filter_tags`)."""
@@ -256,7 +276,35 @@ def _scan_register_call(path: str, call: ast.Call, literals: Dict[str, object]) 
     _check_known_fields(path, name, kind, kw)
     if kind is schema.OP:
         _check_placement_shapes(path, name, mesh_shape, kw)
-    return _scanned(path, name, mesh_shape, {**kind.fixed, **values}, lineno, kind=kind.kind)
+    scanned = _scanned(path, name, mesh_shape, {**kind.fixed, **values}, lineno, kind=kind.kind)
+    if kind is schema.TRAIN and "phases" in kw:
+        scanned = replace(scanned, phase_meshes=_phase_meshes(path, scanned, kw["phases"], literals))
+    return scanned
+
+
+def _phase_meshes(path: str, case: ScannedCase, node: ast.AST, literals: Dict[str, object]):
+    """Every phase's (mesh shape, axis names) of ``phases=(Phase(steps=..., mesh_shape=...), ...)``,
+    written out as a tuple or list of ``Phase`` calls; a phase without ``mesh_shape=`` has the
+    case's mesh; without ``mesh_dim_names=``, the case's axis names when its mesh has as many
+    dimensions (:class:`meshtest.model.train.Phase`)."""
+    if not isinstance(node, (ast.Tuple, ast.List)) or not node.elts:
+        raise CaseDeclarationError(path, case.name, "static-scan",
+                                   "phases= must be a tuple of Phase(...) calls written out, at least one")
+    meshes = [(case.mesh_shape, case.mesh_dim_names)]
+    for i, elt in enumerate(node.elts, start=2):
+        if not (isinstance(elt, ast.Call) and _callee_name(elt.func) == "Phase") or elt.args:
+            raise CaseDeclarationError(path, case.name, "static-scan",
+                                       f"phase {i} must be written as Phase(steps=..., mesh_shape=...) with keywords")
+        kw = {k.arg: k.value for k in elt.keywords if k.arg is not None}
+        shape = case.mesh_shape
+        if "mesh_shape" in kw:
+            shape = rules.check_mesh_shape(path, case.name, _literal(path, case.name, f"phase {i} mesh_shape=",
+                                                                      kw["mesh_shape"], literals))
+        names = case.mesh_dim_names if len(shape) == len(case.mesh_shape) else None
+        if "mesh_dim_names" in kw:
+            names = _literal(path, case.name, f"phase {i} mesh_dim_names=", kw["mesh_dim_names"], literals)
+        meshes.append((shape, rules.check_mesh_dim_names(path, case.name, shape, names)))
+    return tuple(meshes)
 
 
 def _keyword_call(path: str, call: ast.Call, fields: Sequence[str], literals: Dict[str, object], callee: str):

@@ -25,6 +25,11 @@ from .spec import CompareSpec, _Case, _check_timeout
 #: Quantities a training case compares, in the order they are checked each step.
 QUANTITIES = ("loss", "grad_norm", "grads", "params", "optim")
 
+#: What a resume restores from a checkpoint (:attr:`TrainCase.restore`): the model's and the
+#: optimizer's state (DCP), the LR scheduler's state, each rank's RNG state, the data position
+#: (the number of steps trained, so micro-batch ``i`` continues where it stopped).
+RESTORABLE = ("model", "optim", "scheduler", "rng", "data")
+
 
 def _close() -> CompareSpec:
     return CompareSpec.allclose(rtol=1e-5, atol=1e-6)
@@ -47,6 +52,39 @@ class TrainCompare:
 
     def spec(self, quantity: str) -> Optional[CompareSpec]:
         return getattr(self, quantity)
+
+
+def _exact() -> CompareSpec:
+    return CompareSpec.allclose(rtol=0.0, atol=0.0)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A later phase of a training case: a new launch (the processes of the phase before it have
+    exited) that loads the checkpoint the phase before it saved and trains ``steps`` more steps.
+
+    Declared inside ``TrainCase(phases=(Phase(...), ...))``; ``mesh_shape`` and
+    ``mesh_dim_names`` are read by the static scan (literals), so that the case's build target
+    needs the largest phase's mesh. ``None`` fields are the case's own.
+
+    :param steps: optimizer steps this phase trains (≥ 1).
+    :param mesh_shape: the phase's mesh (a cross-mesh restore: save on ``(4,)``, load on ``(2, 2)``).
+    :param mesh_dim_names: its axis names (default: the case's, when the phase's mesh has as many
+        dimensions). :param parallelize: its parallelize step.
+    :param batch_split: its data-parallel axis (``None``: the case's).
+    :param continuity: how the resumed steps must equal the *continuous* run (the same phase
+        trained from step 0 without a stop, in the same launch): exact by default — on CPU a
+        resume that restores everything reproduces the continuous run bit for bit (Megatron's
+        resume check compares the two halves the same way); a cross-mesh restore re-associates
+        sums in the steps before the stop and states its tolerance.
+    """
+
+    steps: int
+    mesh_shape: Optional[Tuple[int, ...]] = None
+    mesh_dim_names: Optional[Tuple[str, ...]] = None
+    parallelize: Optional[Callable[..., Any]] = None
+    batch_split: Optional[str] = None
+    continuity: CompareSpec = field(default_factory=_exact)
 
 
 @schema.declares(schema.TRAIN)
@@ -82,6 +120,17 @@ class TrainCase(_Case):
         adds every rank's part to the norm); the total norm is compared (quantity
         ``grad_norm``) and the compared gradients are the clipped ones.
     :param compare: :class:`TrainCompare`.
+    :param scheduler: ``scheduler(optimizer, api) -> LR scheduler``, stepped after each
+        optimizer step in both runs (its state is checkpointed by phases).
+    :param phases: later :class:`Phase` s: the case's own fields describe phase 1, which trains
+        ``steps`` steps and saves a checkpoint (DCP: model and optimizer; the scheduler, each
+        rank's RNG and the data position beside it); each later phase runs in a launch of its
+        own, loads the checkpoint the phase before saved, trains on and saves in turn. Each phase
+        is compared with the single-device baseline trained continuously to the same step
+        (``compare``) and, from phase 2, with the continuous run of its own parallel
+        configuration (:attr:`Phase.continuity`). A failure names the phase and the global step.
+    :param restore: what a resume restores (a subset of :data:`RESTORABLE`); a test fixture drops
+        one to prove the phase cases catch it.
     :param mesh_dim_names: real axis names (the capability reads them).
     :param tags: gate tags. :param capabilities: capability domains covered
         (:data:`meshtest.model.rules.CAPABILITIES`); targets are tagged ``cap:<domain>``.
@@ -105,6 +154,9 @@ class TrainCase(_Case):
     train_step: Optional[Callable[..., Any]] = None
     clip_grad_norm: Optional[float] = None
     compare: TrainCompare = field(default_factory=TrainCompare)
+    scheduler: Optional[Callable[..., Any]] = None
+    phases: Tuple[Phase, ...] = ()
+    restore: Tuple[str, ...] = RESTORABLE
     mesh_dim_names: Optional[Tuple[str, ...]] = None
     tags: Tuple[str, ...] = ()
     capabilities: Tuple[str, ...] = ()
@@ -133,7 +185,7 @@ class TrainCase(_Case):
             if not callable(getattr(self, fname)):
                 raise CaseDeclarationError(file, name, "train",
                                            f"{fname} must be callable; got {getattr(self, fname)!r}")
-        for fname in ("parallelize", "optimizer", "train_step"):
+        for fname in ("parallelize", "optimizer", "train_step", "scheduler"):
             value = getattr(self, fname)
             if value is not None and not callable(value):
                 raise CaseDeclarationError(file, name, "train", f"{fname} must be callable or None; got {value!r}")
@@ -153,11 +205,67 @@ class TrainCase(_Case):
                 isinstance(self.compare.spec(q), (CompareSpec, type(None))) for q in QUANTITIES):
             raise CaseDeclarationError(file, name, "compare", "compare must be TrainCompare(loss=..., grads=..., ...)")
         _check_timeout(file, name, self.timeout_s)
+        phases = self._validated_phases(file, name, mesh_shape)
+        restore = tuple(self.restore) if isinstance(self.restore, (tuple, list)) else self.restore
+        if not isinstance(restore, tuple) or any(r not in RESTORABLE for r in restore):
+            raise CaseDeclarationError(file, name, "train", f"restore must be a tuple of {RESTORABLE}; got {restore!r}")
         return dataclasses.replace(
-            self, mesh_shape=mesh_shape, mesh_dim_names=names, tags=rules.check_tags(file, name, self.tags),
+            self, phases=phases, restore=restore,
+            mesh_shape=mesh_shape, mesh_dim_names=names, tags=rules.check_tags(file, name, self.tags),
             capabilities=rules.check_capabilities(file, name, self.capabilities),
             layer=rules.check_layer(file, name, self.layer), requires=rules.check_requires(file, name, self.requires),
             spec_id=rules.check_spec_id(file, name, self.spec_id),
             known_failure=rules.check_reason(file, name, "known_failure", self.known_failure),
             divergence=rules.check_reason(file, name, "divergence", self.divergence),
             solo_launcher=rules.check_flag(file, name, "solo_launcher", self.solo_launcher))
+
+    def _validated_phases(self, file: str, name: str, mesh_shape: Tuple[int, ...]) -> Tuple[Phase, ...]:
+        """Rule ``phase``: each later phase is a :class:`Phase` with ``steps >= 1``, a valid mesh,
+        and a ``batch_split`` among its axis names; a pipeline ``train_step`` is the case's, so
+        every phase keeps the case's."""
+        if not isinstance(self.phases, (tuple, list)) or not all(isinstance(p, Phase) for p in self.phases):
+            raise CaseDeclarationError(file, name, "phase",
+                                       f"phases must be a tuple of Phase(...); got {self.phases!r}")
+        out = []
+        for i, p in enumerate(self.phases, start=2):
+            if not isinstance(p.steps, int) or isinstance(p.steps, bool) or p.steps < 1:
+                raise CaseDeclarationError(file, name, "phase", f"phase {i}: steps must be an integer >= 1; got "
+                                                                f"{p.steps!r}")
+            shape = rules.check_mesh_shape(file, name, p.mesh_shape if p.mesh_shape is not None else mesh_shape)
+            names = rules.check_mesh_dim_names(file, name, shape, p.mesh_dim_names if p.mesh_dim_names is not None
+                                               else (self.mesh_dim_names if len(shape) == len(mesh_shape) else None))
+            split = p.batch_split if p.batch_split is not None else self.batch_split
+            if split is not None and split not in (names or ()):
+                raise CaseDeclarationError(file, name, "phase", f"phase {i}: batch_split {split!r} is not one of its "
+                                                                f"mesh axis names {names}")
+            if p.parallelize is not None and not callable(p.parallelize):
+                raise CaseDeclarationError(file, name, "phase", f"phase {i}: parallelize must be callable")
+            if not isinstance(p.continuity, CompareSpec):
+                raise CaseDeclarationError(file, name, "phase", f"phase {i}: continuity must be a CompareSpec")
+            out.append(dataclasses.replace(p, mesh_shape=shape, mesh_dim_names=names, batch_split=split,
+                                           parallelize=p.parallelize or self.parallelize))
+        return tuple(out)
+
+    def phase_meshes(self) -> Tuple[Tuple[Tuple[int, ...], Optional[Tuple[str, ...]]], ...]:
+        """Every phase's (mesh shape, axis names), phase 1 first; ``()`` without later phases —
+        what the static scan reads (:attr:`meshtest.model.scan.ScannedCase.phase_meshes`)."""
+        if not self.phases:
+            return ()
+        return ((self.mesh_shape, self.mesh_dim_names),) + tuple((p.mesh_shape, p.mesh_dim_names)
+                                                                 for p in self.phases)
+
+    def phase_case(self, phase: int) -> "TrainCase":
+        """The case as phase ``phase`` (1-based) trains it: that phase's mesh, parallelize, batch
+        split and steps (the other fields are the case's)."""
+        if phase == 1:
+            return self
+        p = self.phases[phase - 2]
+        return dataclasses.replace(self, mesh_shape=p.mesh_shape, mesh_dim_names=p.mesh_dim_names,
+                                   parallelize=p.parallelize, batch_split=p.batch_split, steps=p.steps)
+
+    def phase_start(self, phase: int) -> int:
+        """Global index of phase ``phase``'s first step: the steps of the phases before it."""
+        return self.steps + sum(p.steps for p in self.phases[: phase - 2]) if phase > 1 else 0
+
+    def to_scanned(self, file: str, lineno: int):
+        return dataclasses.replace(super().to_scanned(file, lineno), phase_meshes=self.phase_meshes())

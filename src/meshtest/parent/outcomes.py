@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+from dataclasses import replace
 from typing import Dict, List, Mapping, Sequence
 
 from ..contract import GAVE_UP_EXIT, CaseOutcome, RankFailure, RankRecord
@@ -113,3 +114,30 @@ def file_error(path: str, step: str, error: str) -> CaseOutcome:
     """A case file that failed as a whole (its scan): one ``error`` outcome named after it."""
     return CaseOutcome(case=f"<file {path}>", file=path, group="-", world_size=0, status=Status.ERROR,
                        failures=(RankFailure(None, Status.ERROR, step, error),))
+
+
+def phase_chain(group: Group, found: Sequence[CaseOutcome], held: Dict[str, CaseOutcome]) -> List[CaseOutcome]:
+    """Chain the outcome of one phase of a phased case (``group.phase``) with its earlier phases.
+
+    A phase that passed, not the last, is kept in ``held`` (nothing is reported yet: the case's
+    outcome is its last phase's). Otherwise — the last phase, or a phase that did not pass, after
+    which no later phase runs — the case's one outcome is returned: that phase's, its detail
+    starting with what each earlier phase did (``phase 1/2 passed in <launch>``). The failing
+    phase names itself in the failure's step (``phase2 resume``) and text (``phase 2/2 (mesh
+    (2, 2)): step 3 params w1.weight: ...``).
+    """
+    index, count = group.phase
+    name = group.cases[0].name
+    earlier = held.pop(name, None)
+    out = []
+    for o in found:
+        if o.case != name:
+            out.append(o)
+            continue
+        done = f"phase {index}/{count} {o.status} in {o.launch_dir or group.group_id}"
+        story = "; ".join(t for t in ((earlier.detail if earlier else ""), done) if t)
+        if o.status is Status.PASS and index < count:
+            held[name] = replace(o, detail=story)
+            continue
+        out.append(replace(o, detail=story + (f"\n{o.detail}" if o.detail else "")))
+    return out

@@ -7,11 +7,15 @@ scenario, a training case) gets a mesh of the same shape with its own names, mad
 launch by every rank in plan order (:func:`meshtest.rank.entry.run_plan`). So a 2-rank ``tp``
 scenario and a 2-rank ``dp`` training case share one launch. ``solo_launcher=True`` cases get
 a group of their own.
+
+A training case with phases (``TrainCase(phases=...)``) becomes one group per phase, each a
+launch of its own on the phase's mesh, after every other group and in phase order, so that the
+processes of a phase exit before the next phase starts (a real stop, not an in-process reload).
 """
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import SelectionError
@@ -36,6 +40,8 @@ class Group:
     mesh_shape: Tuple[int, ...]
     mesh_dim_names: Tuple[str, ...]
     cases: Tuple[ScannedCase, ...]
+    #: ``(phase, phases)`` for a group that runs one phase of a phased case (its only case), else ``None``
+    phase: Optional[Tuple[int, int]] = None
 
     @property
     def world_size(self) -> int:
@@ -55,7 +61,11 @@ def plan_groups(cases: Iterable[ScannedCase]) -> List[Group]:
     so all ranks run the same cases in the same order (seed 000 C2).
     """
     buckets: Dict[tuple, List[ScannedCase]] = {}
+    phased = []
     for c in cases:
+        if c.phase_meshes:
+            phased.append(c)
+            continue
         buckets.setdefault(_group_key(c), []).append(c)
     groups = []
     for key in sorted(buckets):
@@ -67,7 +77,22 @@ def plan_groups(cases: Iterable[ScannedCase]) -> List[Group]:
             gid += "-solo-" + "".join(ch if ch.isalnum() or ch in "_.-" else "_" for ch in solo)
         members = tuple(sorted(buckets[key], key=lambda c: (c.file, c.lineno)))
         groups.append(Group(gid, shape, names, members))
+    for c in sorted(phased, key=lambda c: (c.file, c.lineno)):
+        groups.extend(phase_groups(c))
     return groups
+
+
+def phase_groups(case: ScannedCase) -> List[Group]:
+    """The launches of a phased case, in phase order: group ``w<n>-<shape>-phase<i>of<k>-<case>``
+    runs a copy of the case with ``phase=i`` and the phase's mesh."""
+    out = []
+    count = len(case.phase_meshes)
+    safe = "".join(ch if ch.isalnum() or ch in "_.-" else "_" for ch in case.name)
+    for i, (shape, names) in enumerate(case.phase_meshes, start=1):
+        unit = replace(case, mesh_shape=tuple(shape), mesh_dim_names=names, phase=i)
+        gid = f"w{unit.world_size}-" + "x".join(map(str, shape)) + f"-phase{i}of{count}-{safe}"
+        out.append(Group(gid, unit.mesh_shape, names or normalised_dim_names(len(shape)), (unit,), phase=(i, count)))
+    return out
 
 
 def case_tags(c: ScannedCase) -> Tuple[str, ...]:

@@ -84,6 +84,8 @@ class RunResult:
     launches: int = 0
     #: the group being run and its launch directory, while a launch is in flight
     in_flight: Optional[Tuple[Group, str]] = None
+    #: phased cases whose phases so far passed, waiting for their next phase (by case name)
+    held: Dict[str, CaseOutcome] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -285,7 +287,9 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             if groups:
                 _run_on_slots(groups, opts, need, opts.target or _label(files), len(selected), result, emit, stream)
         except BaseException as e:  # SIGTERM (SystemExit), Ctrl-C: keep what was recorded so far
-            salvaged = _salvage_in_flight(result)
+            salvaged = _salvage_in_flight(result) + [
+                replace(o, status=Status.NOT_RUN, detail=f"{o.detail}; run interrupted before its next phase")
+                for o in result.held.values()]
             result.outcomes.extend(salvaged)
             emit([reporter.format_outcome(o) for o in salvaged])
             result.notes.append(f"run interrupted ({type(e).__name__}); results so far are kept")
@@ -339,12 +343,15 @@ def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, res
         failed = [o for o in result.outcomes[scan_errors:] if o.status.failing]
         if opts.fail_fast and failed:
             reason = f"not run: fail-fast gate stopped after {failed[0].case} ({failed[0].file}) failed"
-            skipped = [o for g in groups[gi:] for o in outcomes.not_run(g.cases, g, reason)]
+            later = {o.case: o for g in groups[gi:] for o in outcomes.not_run(g.cases, g, reason)}
+            skipped = [o for name, o in later.items() if name not in result.held]
             result.outcomes.extend(skipped)
             result.notes.append(f"fail-fast: {len(skipped)} case(s) in {len(groups) - gi} later launch group(s) "
                                 "not run")
             emit([reporter.format_outcome(o) for o in skipped])
             return
+        if group.phase is not None and group.phase[0] > 1 and group.cases[0].name not in result.held:
+            continue  # an earlier phase did not pass: its outcome is the case's
         emit([f"-- launch {group.group_id}: mesh {group.mesh_shape} {group.mesh_dim_names}, "
               f"{len(group.cases)} case(s), slots {lease.slots[:group.world_size]}"])
         group_dir = os.path.join(opts.artifacts_dir, "ranks", group.group_id)
@@ -354,6 +361,8 @@ def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, res
             lambda done, current, g=group.group_id, b=before: board.update(b + done, g, current))
         group_outcomes, notes, launches = run_group(group, opts, group_dir, lease, progress)
         result.in_flight = None
+        if group.phase is not None:
+            group_outcomes = outcomes.phase_chain(group, group_outcomes, result.held)
         result.launches += launches
         result.outcomes.extend(group_outcomes)
         result.notes.extend(notes)

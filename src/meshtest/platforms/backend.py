@@ -263,14 +263,25 @@ class ShardBackend(ABC):
         did enable them (default: ``False``, not supported)."""
         return False
 
-    def train(self, case: Any, mesh: Any, parallel: bool, notes: Optional[List[str]] = None) -> List[TrainSnapshot]:
+    def train(self, case: Any, mesh: Any, parallel: bool, notes: Optional[List[str]] = None, *, start: int = 0,
+              steps: Optional[int] = None, load: Optional[str] = None,
+              save: Optional[str] = None) -> List[TrainSnapshot]:
         """Train a :class:`meshtest.model.train.TrainCase` on this rank: build the model from
-        the case's seed, apply ``case.parallelize`` when ``parallel``, train ``case.steps``
-        steps of ``case.grad_accum`` micro-batches, and snapshot each step. The baseline run
+        the case's seed, apply ``case.parallelize`` when ``parallel``, train
+        ``steps - start`` steps (``steps`` default ``case.steps``) of ``case.grad_accum``
+        micro-batches from global step ``start``, and snapshot each step. The baseline run
         (``parallel=False``) must run no collective.
 
-        :param notes: collects the lines ``ctx.note`` adds.
+        Phases (collective; every rank of the launch): with ``load``, first restore what
+        ``case.restore`` names from the newest committed checkpoint under that directory
+        (:func:`meshtest.checkpoints.latest`; the data position it restores decides the first
+        step); with ``save``, after the last step write a checkpoint of the model and optimizer
+        (the platform's distributed checkpoint), the scheduler, this rank's RNG state and the
+        step, committed with :func:`meshtest.checkpoints.commit`.
+
+        :param notes: collects the lines ``ctx.note`` adds (and which checkpoint loaded).
         :raises NotImplementedError: the platform runs no training cases (default).
+        :raises meshtest.checkpoints.CheckpointError: ``load`` has no loadable checkpoint.
         """
         raise NotImplementedError(f"platform {self.platform!r} runs no training cases")
 

@@ -39,6 +39,17 @@ _DTYPES = {
 _NAMES = {v: k for k, v in _DTYPES.items()}
 
 
+def _flat_optim():
+    """``StateDictOptions(flatten_optimizer_state_dict=True)``: optimizer state and param groups
+    keyed by parameter FQN. Without it the param groups are a list saved under the same keys on
+    every rank, and DCP keeps one rank's: pipeline stages (each with its own parameters) load
+    the last stage's groups (measured on torch 2.13: stage 0's SGD lost ``momentum``;
+    torchtitan sets the option for the same reason)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(flatten_optimizer_state_dict=True)
+
+
 def to_torch_placement(p: Placement):
     """meshtest placement → ``torch.distributed.tensor`` placement."""
     if isinstance(p, StridedShard):
@@ -224,10 +235,12 @@ class TorchGlooBackend(ShardBackend):
         parts = dict.fromkeys(f"rank {r} entered {op} {shape} {dtypes}" for r, op, shape, dtypes in entered)
         return "collective mismatch: " + ", ".join(sorted(parts))
 
-    def train(self, case: Any, mesh: Any, parallel: bool, notes: Optional[list] = None) -> list:
+    def train(self, case: Any, mesh: Any, parallel: bool, notes: Optional[list] = None, *, start: int = 0,
+              steps: Optional[int] = None, load: Optional[str] = None, save: Optional[str] = None) -> list:
         """The platform side of a training case: the loop of zero_grad, (micro-batch forward,
-        scaled loss, backward) x grad_accum, snapshot of grads, optimizer step, snapshot of
-        params and optimizer state. See :meth:`ShardBackend.train`."""
+        scaled loss, backward) x grad_accum, snapshot of grads, optimizer step, scheduler step,
+        snapshot of params and optimizer state; DCP checkpoints for phases. See
+        :meth:`ShardBackend.train`."""
         api = self.scenario_api()
 
         def build():
@@ -242,11 +255,75 @@ class TorchGlooBackend(ShardBackend):
         named = [(fqn(n), p) for n, p in model.named_parameters()]
         opt = (case.optimizer(model.parameters(), api) if case.optimizer is not None
                else torch.optim.SGD(model.parameters(), lr=0.1))
+        sched = case.scheduler(opt, api) if case.scheduler is not None else None
+        count = (case.steps if steps is None else steps) - start
+        first = self._load(load, model, opt, sched, ctx, case.restore) if load is not None else start
         custom = case.train_step if parallel else None
-        return [self._train_step(case, model, opt, named, step, ctx, custom, parallel) for step in range(case.steps)]
+        snaps = [self._train_step(case, model, opt, sched, named, step, ctx, custom, parallel)
+                 for step in range(first, first + count)]
+        if save is not None:
+            self._save(save, first + count, model, opt, sched, mesh)
+        return snaps
 
-    def _train_step(self, case: Any, model: Any, opt: Any, named: list, step: int, ctx: TrainContext, custom: Any,
-                    parallel: bool) -> TrainSnapshot:
+    def _save(self, root: str, step: int, model: Any, opt: Any, sched: Any, mesh: Any) -> None:
+        """DCP save of ``{"model", "optim"}`` (``get_state_dict``: DTensor shards by FQN, each rank
+        writing its own), ``extra_rank<r>.pt`` (step, RNG state, scheduler) beside it, then the
+        commit (:mod:`meshtest.checkpoints`) once every rank has written."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        from .. import checkpoints
+
+        options = _flat_optim()
+        rank = self.rank()
+        if rank == 0:
+            checkpoints.prepare(root, step)
+        dist.barrier()
+        path = checkpoints.partial_dir(root, step)
+        model_sd, optim_sd = get_state_dict(model, opt, options=options)
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
+        extra = {"step": step, "rng": torch.get_rng_state(), "scheduler": None if sched is None else sched.state_dict()}
+        torch.save(extra, os.path.join(path, f"extra_rank{rank}.pt"))
+        dist.barrier()
+        if rank == 0:
+            checkpoints.commit(root, step, {"world_size": self.world_size(), "mesh_shape": list(mesh.shape),
+                                            "mesh_dim_names": list(mesh.mesh_dim_names or ()),
+                                            "saved": ["model", "optim", "scheduler", "rng", "data"]})
+        dist.barrier()
+
+    def _load(self, root: str, model: Any, opt: Any, sched: Any, ctx: TrainContext, restore: Sequence[str]) -> int:
+        """Restore ``restore`` from the newest committed checkpoint under ``root``; returns the
+        first step to train (the saved step, or 0 when the data position is not restored). A
+        rank with no ``extra_rank<r>.pt`` of its own (a restore on more ranks than saved) takes
+        rank 0's: the RNG state every rank draws from is seeded alike."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        from .. import checkpoints
+
+        found = checkpoints.latest(root)
+        ctx.note(checkpoints.describe(found))
+        options = _flat_optim()
+        model_sd, optim_sd = get_state_dict(model, opt, options=options)
+        wanted = {k: v for k, v in (("model", model_sd), ("optim", optim_sd)) if k in restore}
+        try:
+            if wanted:
+                dcp.load(wanted, checkpoint_id=found.path)
+            own = os.path.join(found.path, f"extra_rank{ctx.rank}.pt")
+            extra = torch.load(own if os.path.exists(own) else os.path.join(found.path, "extra_rank0.pt"),
+                               weights_only=False)
+        except Exception as e:
+            raise checkpoints.CheckpointError(f"checkpoint {found.path} could not be loaded: "
+                                              f"{type(e).__name__}: {e}") from e
+        set_state_dict(model, opt, model_state_dict=model_sd, optim_state_dict=optim_sd, options=options)
+        if sched is not None and "scheduler" in restore:
+            sched.load_state_dict(extra["scheduler"])
+        if "rng" in restore:
+            torch.set_rng_state(extra["rng"])
+        return int(extra["step"]) if "data" in restore else 0
+
+    def _train_step(self, case: Any, model: Any, opt: Any, sched: Any, named: list, step: int, ctx: TrainContext,
+                    custom: Any, parallel: bool) -> TrainSnapshot:
         opt.zero_grad(set_to_none=True)
         total = None
         for micro in range(case.grad_accum):
@@ -272,6 +349,8 @@ class TorchGlooBackend(ShardBackend):
             norm = _np(self._clip(case.clip_grad_norm, [p for _, p in named], ctx))
         grads = {n: _np(p.grad) for n, p in named if p.grad is not None}
         opt.step()
+        if sched is not None:
+            sched.step()
         params = {n: _np(p) for n, p in named}
         by_param = {id(p): n for n, p in named}
         optim = {f"{by_param[id(p)]}.{k}": _np(v) for p, state in opt.state.items() if id(p) in by_param

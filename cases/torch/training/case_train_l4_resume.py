@@ -1,0 +1,56 @@
+"""Layer 4 (seed 001 §4.5), resume across processes: each case trains in phases, each phase a
+launch of its own (the processes of the phase before have exited), and a later phase loads the
+checkpoint the one before saved (DCP: model and optimizer; the LR scheduler, each rank"s RNG
+state and the data position beside it).
+
+The check is the seed"s: resume is judged by the continuity of the trajectory. From phase 2
+on, each rank also trains the same parallel configuration without a stop, from step 0, and the
+resumed steps must equal it — exactly on CPU (loss, gradients, parameters, optimizer state),
+as Megatron compares the second half of a resumed run with a continuous one; and every phase
+matches the single-device baseline within the usual tolerance. The models draw from the global
+RNG in each forward (:func:`~cases.torch.training.models.noisy_stack`) and the learning rate
+changes every step, so a resume that drops the RNG, the scheduler, the optimizer state or the
+data position leaves the continuous run at its first step.
+
+- TP, FSDP2, PP (GPipe) and TP+FSDP (2-D): save after 2 steps, resume for 2 on the same mesh.
+- FSDP2 + meta-device init (layer 3"s "resume + FSDP + meta init"): phase 2 materializes the
+  model from meta, then loads over it.
+- Cross-mesh restore: FSDP2 saved on ``(4,)``, loaded on ``(2, 2)`` (TP+FSDP) and on ``(2,)``;
+  the continuous run on the new mesh re-associates the sums of the steps before the stop
+  differently, so continuity is within the float32 tolerance there, not exact.
+"""
+from cases.torch.training.models import adam, decaying_lr, mse, noisy_stack, regression, sgd_momentum, stack
+from cases.torch.training.plans import fsdp_per_block, gpipe_step, pp_two_stages, tp_blocks, tp_fsdp_2d
+from meshtest import CompareSpec, Phase, TrainCase, register
+
+L0 = ("cpu_level0", "cpu_level1")
+L1 = ("cpu_level1",)
+CLOSE = CompareSpec.allclose(rtol=1e-5, atol=1e-6)
+
+register(TrainCase(name="resume_fsdp2_adam_lambda_lr", model=noisy_stack, data=regression, loss=mse,
+                   parallelize=fsdp_per_block, optimizer=adam, scheduler=decaying_lr, steps=2, batch_split="dp",
+                   phases=(Phase(steps=2),), mesh_shape=(2,), mesh_dim_names=("dp",), tags=L0,
+                   capabilities=("fsdp", "resume", "dcp"), layer=4, requires=("fsdp2",)))
+register(TrainCase(name="resume_tp_adam_lambda_lr", model=noisy_stack, data=regression, loss=mse,
+                   parallelize=tp_blocks, optimizer=adam, scheduler=decaying_lr, steps=2, phases=(Phase(steps=2),),
+                   mesh_shape=(2,), mesh_dim_names=("tp",), tags=L1, capabilities=("tp", "resume", "dcp"), layer=4,
+                   requires=("tp.styles",)))
+register(TrainCase(name="resume_pp_gpipe_momentum", model=stack, data=regression, loss=mse,
+                   parallelize=pp_two_stages, train_step=gpipe_step, optimizer=sgd_momentum, scheduler=decaying_lr,
+                   steps=2, phases=(Phase(steps=2),), mesh_shape=(2,), mesh_dim_names=("pp",), tags=L1,
+                   capabilities=("pp", "resume", "dcp"), layer=4, requires=("pipelining",)))
+register(TrainCase(name="resume_tp_fsdp_2d_adam", model=noisy_stack, data=regression, loss=mse,
+                   parallelize=tp_fsdp_2d, optimizer=adam, scheduler=decaying_lr, steps=2, batch_split="dp",
+                   phases=(Phase(steps=2),), mesh_shape=(2, 2), mesh_dim_names=("dp", "tp"), tags=L1,
+                   capabilities=("tp", "fsdp", "resume", "dcp"), layer=3, requires=("fsdp2", "tp.styles")))
+register(TrainCase(name="restore_fsdp2_4_ranks_on_2x2_tp_fsdp", model=noisy_stack, data=regression, loss=mse,
+                   parallelize=fsdp_per_block, optimizer=adam, scheduler=decaying_lr, steps=2, batch_split="dp",
+                   phases=(Phase(steps=2, mesh_shape=(2, 2), mesh_dim_names=("dp", "tp"), parallelize=tp_fsdp_2d,
+                                 continuity=CLOSE),),
+                   mesh_shape=(4,), mesh_dim_names=("dp",), tags=L1, capabilities=("fsdp", "tp", "resume", "dcp"),
+                   layer=4, requires=("fsdp2", "tp.styles")))
+register(TrainCase(name="restore_fsdp2_4_ranks_on_2", model=noisy_stack, data=regression, loss=mse,
+                   parallelize=fsdp_per_block, optimizer=adam, scheduler=decaying_lr, steps=2, batch_split="dp",
+                   phases=(Phase(steps=2, mesh_shape=(2,), continuity=CLOSE),), mesh_shape=(4,),
+                   mesh_dim_names=("dp",), tags=L1, capabilities=("fsdp", "resume", "dcp"), layer=4,
+                   requires=("fsdp2",)))

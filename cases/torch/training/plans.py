@@ -1,0 +1,55 @@
+"""Parallelize steps several training case files share (imported as ``cases.torch.training.plans``).
+
+Each is a ``parallelize(model, ctx)`` or ``train_step(...)`` of :class:`meshtest.TrainCase` for
+the :func:`~cases.torch.training.models.stack` model: blocks ``blocks.<i>`` (an MLP ``mlp.w1``,
+``mlp.w2`` each) and a ``head``.
+"""
+from cases.torch.training.models import mse, stage_of
+
+
+def fsdp_per_block(model, ctx, mesh=None):
+    """``fully_shard`` on each block, then on the root (FSDP2's usual wrapping), over ``mesh``
+    (default: the case's mesh)."""
+    mesh = ctx.mesh if mesh is None else mesh
+    for block in model.blocks.values():
+        ctx.api.fully_shard(block, mesh=mesh)
+    return ctx.api.fully_shard(model, mesh=mesh)
+
+
+def tp_blocks(model, ctx, mesh=None):
+    """Each block's ``mlp.w1`` ColwiseParallel and ``mlp.w2`` RowwiseParallel over ``mesh``
+    (default: the case's); the head stays a plain replicated ``Linear``."""
+    api = ctx.api
+    plan = {}
+    for name in model.blocks:
+        plan[f"blocks.{name}.mlp.w1"] = api.ColwiseParallel()
+        plan[f"blocks.{name}.mlp.w2"] = api.RowwiseParallel()
+    return api.parallelize_module(model, ctx.mesh if mesh is None else mesh, plan)
+
+
+def tp_fsdp_2d(model, ctx):
+    """2-D: TP inside ``tp``, then FSDP2 over ``dp`` (torchtitan's order: TP first, then
+    ``fully_shard`` on the ``dp`` sub-mesh)."""
+    return fsdp_per_block(tp_blocks(model, ctx, ctx.mesh["tp"]), ctx, ctx.mesh["dp"])
+
+
+def pp_two_stages(model, ctx):
+    """Stage r = blocks 2r, 2r+1 (the head on stage 1), GPipe over 4 micro-batches, over the
+    case's 1-D ``pp`` mesh."""
+    pipe = ctx.api.pipelining
+    part = stage_of(model, [str(2 * ctx.rank), str(2 * ctx.rank + 1)], head=ctx.rank == 1)
+    stage = pipe.PipelineStage(part, stage_index=ctx.rank, num_stages=2, device=ctx.api.torch.device("cpu"))
+    ctx.state["schedule"] = pipe.ScheduleGPipe(stage, n_microbatches=4, loss_fn=mse)
+    ctx.partial = True
+    return part
+
+
+def gpipe_step(model, inputs, target, loss_fn, ctx):
+    """One GPipe step of :func:`pp_two_stages`: stage 0 feeds the inputs, stage 1 returns the
+    mean micro-batch loss."""
+    losses = []
+    if ctx.rank == 0:
+        ctx.state["schedule"].step(*inputs)
+        return None
+    ctx.state["schedule"].step(target=target, losses=losses)
+    return sum(losses) / len(losses)
