@@ -1,6 +1,7 @@
 """Shared helpers for meshtest's own tests."""
 from __future__ import annotations
 
+import os
 import textwrap
 
 from meshtest.model.scan import ScannedCase
@@ -20,3 +21,30 @@ def scanned(name: str, mesh_shape=(2,), names=None, tags=("cpu_level0",), needs_
             file="f.py", lineno=1) -> ScannedCase:
     return ScannedCase(file=file, name=name, mesh_shape=tuple(mesh_shape), mesh_dim_names=names, tags=tuple(tags),
                        needs_mesh=needs_mesh, solo_launcher=solo, lineno=lineno)
+
+
+def ranks_alive(marker: str) -> list:
+    """Command lines of live rank processes whose arguments contain ``marker`` (read from /proc:
+    ``ps`` cuts piped output at 80 columns, which would hide a long artifacts path)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "meshtest.rank.entry" in args and marker in args:
+            found.append(f"{pid} {args}")
+    return found
+
+
+def assert_nothing_leaked(slot_dir: str, out: str, killed_holders: int = 0) -> None:
+    """No rank process of the run writing to ``out`` lives and the whole 8-slot pool in
+    ``slot_dir`` can be taken at once. The audit log shows a lease without release only for a
+    holder that was SIGKILLed (no code runs to write it; the kernel released its locks)."""
+    from meshtest.parent.slots import SlotPool, audit_stats, read_audit
+
+    assert ranks_alive(str(out)) == []
+    with SlotPool(slot_dir, 8).acquire(8, "after", timeout_s=2):
+        pass
+    assert audit_stats(read_audit(slot_dir)).open_leases == killed_holders

@@ -13,24 +13,10 @@ from html.parser import HTMLParser
 import pytest
 
 import meshtest
+from tests.helpers import assert_nothing_leaked, ranks_alive
 
 SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
 FAULTS_DIR = os.path.join("cases", "faults")
-
-
-def _ranks_alive(marker: str) -> list:
-    """Command lines of live rank processes whose arguments contain ``marker`` (read from /proc:
-    ``ps`` cuts piped output at 80 columns, which would hide a long artifacts path)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                args = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "meshtest.rank.entry" in args and marker in args:
-            found.append(f"{pid} {args}")
-    return found
 
 
 def _run(tmp_path, *files, extra=()):
@@ -52,15 +38,7 @@ def _by_rank(outcome):
 
 
 def _assert_nothing_leaked(tmp_path, out, killed_holders=0):
-    """No rank process of this run lives and the whole 8-slot pool can be taken at once. The
-    audit log shows a lease without release only for a holder that was SIGKILLed (no code runs
-    to write it; the kernel released its locks)."""
-    from meshtest.parent.slots import SlotPool, audit_stats, read_audit
-
-    assert _ranks_alive(str(out)) == []
-    with SlotPool(str(tmp_path / "slots"), 8).acquire(8, "after", timeout_s=2):
-        pass
-    assert audit_stats(read_audit(str(tmp_path / "slots"))).open_leases == killed_holders
+    assert_nothing_leaked(str(tmp_path / "slots"), out, killed_holders)
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +241,7 @@ def test_sigterm_keeps_recorded_results_and_leaves_no_rank(tmp_path):
     assert [json.loads(line)["case"] for line in (out / "results.jsonl").read_text().splitlines()] == ["fault_before"]
     assert (out / "report.html").is_file() and (out / "junit.xml").is_file()
     assert (out / "ranks" / "w2-2" / "rank1.log").is_file()  # the rank logs stay
-    assert _ranks_alive(str(out)) == []
+    assert ranks_alive(str(out)) == []
 
 
 def test_rendezvous_on_a_port_in_use_is_retried_and_the_retry_is_logged(tmp_path):
@@ -303,7 +281,7 @@ def _start_and_wait_for_hang(tmp_path):
     in_loop = '"step", "case": "fault_hang_loop", "step": "run"'
     while time.time() < deadline and not (rank1.exists() and in_loop in rank1.read_text()):
         time.sleep(0.2)  # rank 1 now loops inside fault_hang_loop; rank 0 waits in a collective
-    assert len(_ranks_alive(str(out))) >= 2, "the ranks should be running"
+    assert len(ranks_alive(str(out))) >= 2, "the ranks should be running"
     return proc, out
 
 
@@ -319,7 +297,7 @@ def test_killing_the_runner_leaves_no_rank_and_frees_every_slot(tmp_path, sig):
     proc.send_signal(getattr(signal, sig))
     stdout, _ = proc.communicate(timeout=60)
     deadline = time.time() + 15
-    while time.time() < deadline and _ranks_alive(str(out)):
+    while time.time() < deadline and ranks_alive(str(out)):
         time.sleep(0.2)
     _assert_nothing_leaked(tmp_path, out, killed_holders=1 if sig == "SIGKILL" else 0)
     if sig == "SIGINT":

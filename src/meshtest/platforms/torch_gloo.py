@@ -270,6 +270,7 @@ class TorchGlooBackend(ShardBackend):
         writing its own), ``extra_rank<r>.pt`` (step, RNG state, scheduler) beside it, then the
         commit (:mod:`meshtest.checkpoints`) once every rank has written."""
         import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.api import CheckpointException
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         from .. import checkpoints
@@ -281,7 +282,10 @@ class TorchGlooBackend(ShardBackend):
         dist.barrier()
         path = checkpoints.partial_dir(root, step)
         model_sd, optim_sd = get_state_dict(model, opt, options=options)
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
+        try:
+            dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
+        except CheckpointException as e:  # a BaseException: the rank would die instead of reporting
+            raise RuntimeError(f"saving checkpoint {path} failed: {e}") from None
         extra = {"step": step, "rng": torch.get_rng_state(), "scheduler": None if sched is None else sched.state_dict()}
         torch.save(extra, os.path.join(path, f"extra_rank{rank}.pt"))
         dist.barrier()
@@ -297,6 +301,7 @@ class TorchGlooBackend(ShardBackend):
         rank with no ``extra_rank<r>.pt`` of its own (a restore on more ranks than saved) takes
         rank 0's: the RNG state every rank draws from is seeded alike."""
         import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.api import CheckpointException
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
         from .. import checkpoints
@@ -312,7 +317,7 @@ class TorchGlooBackend(ShardBackend):
             own = os.path.join(found.path, f"extra_rank{ctx.rank}.pt")
             extra = torch.load(own if os.path.exists(own) else os.path.join(found.path, "extra_rank0.pt"),
                                weights_only=False)
-        except Exception as e:
+        except (Exception, CheckpointException) as e:  # DCP's CheckpointException is a BaseException
             raise checkpoints.CheckpointError(f"checkpoint {found.path} could not be loaded: "
                                               f"{type(e).__name__}: {e}") from e
         set_state_dict(model, opt, model_state_dict=model_sd, optim_state_dict=optim_sd, options=options)
