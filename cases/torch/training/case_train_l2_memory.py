@@ -14,20 +14,13 @@ optimizer state.
 """
 import functools
 
-from cases.torch.training.models import adam, deterministic_init, mse, regression, stack
+from cases.torch.training.models import adam, init_stack, mse, regression, stack
+from cases.torch.training.plans import ac_full, meta_init_fsdp, swap_to_cpu
 from meshtest import TrainCase, register
 
 L0 = ("cpu_level0", "cpu_level1")
 L1 = ("cpu_level1",)
 ONE = (1,)
-
-
-def ac_full(model, ctx):
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-
-    for name, block in list(model.blocks.items()):
-        model.blocks[name] = checkpoint_wrapper(block)
-    return model
 
 
 def _save_matmuls(api, ctx, op, *args, **kwargs):
@@ -45,29 +38,6 @@ def ac_selective(model, ctx):
     for name, block in list(model.blocks.items()):
         model.blocks[name] = checkpoint_wrapper(block, context_fn=contexts)
     return model
-
-
-def swap_to_cpu(model, inputs, target, loss_fn, ctx):
-    with ctx.api.torch.autograd.graph.save_on_cpu(pin_memory=False):
-        loss = loss_fn(model(*inputs), target)
-    loss.backward()
-    return loss
-
-
-def init_stack(api):
-    return deterministic_init(stack(api), api)
-
-
-def meta_init_fsdp(model, ctx):
-    api = ctx.api
-    with api.torch.device("meta"):
-        meta = ctx.build()
-    for block in meta.blocks.values():
-        api.fully_shard(block, mesh=ctx.mesh)
-    api.fully_shard(meta, mesh=ctx.mesh)
-    meta.to_empty(device="cpu")
-    ctx.note(f"materialized {sum(1 for _ in meta.parameters())} sharded parameters from meta")
-    return deterministic_init(meta, api)
 
 
 register(TrainCase(name="train_ac_full_checkpoint_wrapper", model=stack, data=regression, loss=mse,

@@ -22,7 +22,18 @@ trained (or saved and restored) against its single-device baseline.
 - resume: the same checkpoint loaded into a fresh FSDP2 model and optimizer trains on exactly
   like the run that never stopped.
 """
-from cases.torch.training.models import adam, mlp, moe, mse, regression, stack
+from cases.torch.training.models import (
+    adam,
+    attention,
+    mlp,
+    moe,
+    mse,
+    noncausal_attention,
+    regression,
+    sequences,
+    stack,
+)
+from cases.torch.training.plans import context_parallel_step
 from meshtest import ScenarioCase, TrainCase, register
 
 L0 = ("cpu_level0", "cpu_level1")
@@ -205,49 +216,6 @@ def resume_equals_continuous(ctx):
     want, got = _full_state(api, model, opt), _full_state(api, again, again_opt)
     for key in sorted(want):
         ctx.assert_equal(got[key], want[key], label=f"after resume, {key}")
-
-
-def attention(api, dim=16, causal=True):
-    """Self-attention over the sequence dim of ``(batch, seq, dim)`` rows (causal unless
-    ``causal=False``), then a projection."""
-    nn, F = api.nn, api.F
-
-    class Attention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.qkv = nn.Linear(dim, 3 * dim)
-            self.out = nn.Linear(dim, dim)
-
-        def forward(self, x):
-            q, k, v = self.qkv(x).unsqueeze(1).chunk(3, dim=-1)
-            return self.out(F.scaled_dot_product_attention(q, k, v, is_causal=causal).squeeze(1))
-
-    return Attention()
-
-
-def noncausal_attention(api):
-    return attention(api, causal=False)
-
-
-def sequences(i, api):
-    g = api.torch.Generator().manual_seed(2000 + i)
-    return api.torch.randn(2, 8, 16, generator=g), api.torch.randn(2, 8, 16, generator=g)
-
-
-def context_parallel_step(model, inputs, target, loss_fn, ctx):
-    """Forward and backward under ``context_parallel``: the sequence dim of the input and the
-    target sharded over ``cp``, the attention run as ring attention; each rank's loss over its
-    sequence chunk, scaled by 1/cp, and the gradients summed over ``cp``."""
-    from torch.distributed.tensor.experimental import context_parallel
-
-    x = inputs[0].clone()
-    target = target.clone()
-    with context_parallel(ctx.mesh, buffers=[x, target], buffer_seq_dims=[1, 1]):
-        loss = loss_fn(model(x), target)
-        (loss / ctx.world_size).backward()
-    for p in model.parameters():
-        ctx.api.dist.all_reduce(p.grad, group=ctx.mesh.get_group("cp"))
-    return loss
 
 
 def context_parallel_alltoall_step(model, inputs, target, loss_fn, ctx):

@@ -19,8 +19,8 @@ data position leaves the continuous run at its first step.
   the continuous run on the new mesh re-associates the sums of the steps before the stop
   differently, so continuity is within the float32 tolerance there, not exact.
 """
-from cases.torch.training.models import adam, decaying_lr, mse, noisy_stack, regression, sgd_momentum, stack
-from cases.torch.training.plans import fsdp_per_block, gpipe_step, pp_two_stages, tp_blocks, tp_fsdp_2d
+from cases.torch.training.models import adam, decaying_lr, init_stack, mse, noisy_stack, regression, sgd_momentum, stack
+from cases.torch.training.plans import fsdp_per_block, gpipe_step, meta_init_fsdp, pp_two_stages, tp_blocks, tp_fsdp_2d
 from meshtest import CompareSpec, Phase, TrainCase, register
 
 L0 = ("cpu_level0", "cpu_level1")
@@ -54,3 +54,7 @@ register(TrainCase(name="restore_fsdp2_4_ranks_on_2", model=noisy_stack, data=re
                    phases=(Phase(steps=2, mesh_shape=(2,), continuity=CLOSE),), mesh_shape=(4,),
                    mesh_dim_names=("dp",), tags=L1, capabilities=("fsdp", "resume", "dcp"), layer=4,
                    requires=("fsdp2",)))
+register(TrainCase(name="resume_fsdp2_meta_init", model=init_stack, data=regression, loss=mse,
+                   parallelize=meta_init_fsdp, optimizer=adam, scheduler=decaying_lr, steps=2, batch_split="dp",
+                   phases=(Phase(steps=2),), mesh_shape=(2,), mesh_dim_names=("dp",), tags=L1,
+                   capabilities=("fsdp", "init", "resume", "dcp"), layer=3, requires=("fsdp2", "meta_init")))

@@ -188,3 +188,35 @@ def decaying_lr(optimizer, api):
     (A chainable scheduler such as ``StepLR`` multiplies the optimizer's current ``lr``, which
     the optimizer's state already restores: dropping its state changes nothing measurable.)"""
     return api.torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 1.0 / (1 + epoch))
+
+
+def attention(api, dim=16, causal=True):
+    """Self-attention over the sequence dim of ``(batch, seq, dim)`` rows (causal unless
+    ``causal=False``), then a projection."""
+    nn, F = api.nn, api.F
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(dim, 3 * dim)
+            self.out = nn.Linear(dim, dim)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).unsqueeze(1).chunk(3, dim=-1)
+            return self.out(F.scaled_dot_product_attention(q, k, v, is_causal=causal).squeeze(1))
+
+    return Attention()
+
+
+def noncausal_attention(api):
+    return attention(api, causal=False)
+
+
+def sequences(i, api):
+    g = api.torch.Generator().manual_seed(2000 + i)
+    return api.torch.randn(2, 8, 16, generator=g), api.torch.randn(2, 8, 16, generator=g)
+
+
+def init_stack(api):
+    """A :func:`stack` initialized by :func:`deterministic_init` (the baseline of meta-device init)."""
+    return deterministic_init(stack(api), api)

@@ -4,7 +4,7 @@ Each is a ``parallelize(model, ctx)`` or ``train_step(...)`` of :class:`meshtest
 the :func:`~cases.torch.training.models.stack` model: blocks ``blocks.<i>`` (an MLP ``mlp.w1``,
 ``mlp.w2`` each) and a ``head``.
 """
-from cases.torch.training.models import mse, stage_of
+from cases.torch.training.models import deterministic_init, mse, stage_of
 
 
 def fsdp_per_block(model, ctx, mesh=None):
@@ -53,3 +53,52 @@ def gpipe_step(model, inputs, target, loss_fn, ctx):
         return None
     ctx.state["schedule"].step(target=target, losses=losses)
     return sum(losses) / len(losses)
+
+
+def meta_init_fsdp(model, ctx):
+    api = ctx.api
+    with api.torch.device("meta"):
+        meta = ctx.build()
+    for block in meta.blocks.values():
+        api.fully_shard(block, mesh=ctx.mesh)
+    api.fully_shard(meta, mesh=ctx.mesh)
+    meta.to_empty(device="cpu")
+    ctx.note(f"materialized {sum(1 for _ in meta.parameters())} sharded parameters from meta")
+    return deterministic_init(meta, api)
+
+
+def context_parallel_step(model, inputs, target, loss_fn, ctx):
+    """Forward and backward under ``context_parallel``: the sequence dim of the input and the
+    target sharded over ``cp`` (the case's mesh, or its ``cp`` axis), the attention run as ring
+    attention; each rank's loss over its sequence chunk, scaled by 1/cp, and the gradients (the
+    local shard of a DTensor gradient) summed over ``cp``."""
+    from torch.distributed.tensor.experimental import context_parallel
+
+    mesh = ctx.mesh["cp"] if ctx.mesh.ndim > 1 else ctx.mesh
+    x = inputs[0].clone()
+    target = target.clone()
+    with context_parallel(mesh, buffers=[x, target], buffer_seq_dims=[1, 1]):
+        loss = loss_fn(model(x), target)
+        (loss / mesh.size()).backward()
+    for p in model.parameters():  # a DTensor gradient (FSDP, TP on the other axis): its local shard
+        grad = p.grad.to_local() if isinstance(p.grad, ctx.api.DTensor) else p.grad
+        ctx.api.dist.all_reduce(grad, group=mesh.get_group())
+    return loss
+
+
+def ac_full(model, ctx):
+    """Every block wrapped in ``checkpoint_wrapper`` (non-reentrant ``torch.utils.checkpoint``):
+    its activations are recomputed in backward."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for name, block in list(model.blocks.items()):
+        model.blocks[name] = checkpoint_wrapper(block)
+    return model
+
+
+def swap_to_cpu(model, inputs, target, loss_fn, ctx):
+    """Forward and backward under ``save_on_cpu``: every saved activation packed to CPU memory."""
+    with ctx.api.torch.autograd.graph.save_on_cpu(pin_memory=False):
+        loss = loss_fn(model(*inputs), target)
+    loss.backward()
+    return loss
