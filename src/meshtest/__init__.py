@@ -34,6 +34,7 @@ _EXPORTS = {
     "ScenarioContext": "rank.scenario",
     "Phase": "model.train",
     "ShardBackend": "platforms.backend",
+    "Stability": "model.train",
     "Status": "status",
     "TrainCase": "model.train",
     "TrainCompare": "model.train",

@@ -1,6 +1,7 @@
-"""Phased training cases on torch + gloo (~70 s on 2 cores): resume bugs caught at the first
-diverging step, a save killed half-way never loaded, ``kill -9`` of the runner during a phase
-leaving no rank and no slot, and a rerun starting the case over from phase 1."""
+"""Phased training cases and long runs on torch + gloo (~80 s on 2 cores): resume bugs caught at
+the first diverging step, a save killed half-way never loaded, ``kill -9`` of the runner during
+a phase leaving no rank and no slot, a rerun starting the case over from phase 1, a leaking and
+a diverging long run named with their step and figures, and their curves in the HTML report."""
 from __future__ import annotations
 
 import json
@@ -129,3 +130,28 @@ def test_kill_9_during_a_phase_leaves_nothing_and_a_rerun_starts_from_phase_1(tm
         "phase 1/2 pass in w2-2-phase1of2-fault_phase_hangs; phase 2/2 pass"), outcome
     assert "-- launch w2-2-phase1of2-fault_phase_hangs" in rerun.stdout
     assert_nothing_leaked(str(tmp_path / "slots"), out, killed_holders=1)
+
+
+LONG_RUN_FAULTS = os.path.join(REPO, "cases", "faults", "case_faults_long_run.py")
+
+
+def test_a_leaking_or_diverging_long_run_fails_naming_the_figures_and_the_report_draws_it(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "meshtest", LONG_RUN_FAULTS, "--tag", "cpu_faults",
+                           "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots")],
+                          capture_output=True, text=True, cwd=REPO, env=ENV, timeout=300)
+    results = _results(out)
+    assert {k: v["status"] for k, v in results.items()} == {
+        "fault_long_run_leaks": "fail", "fault_long_run_diverges": "fail"}, proc.stdout + proc.stderr
+    leak = results["fault_long_run_leaks"]["failures"][0]
+    assert leak["step"] == "stability" and leak["error"].startswith("peak RSS grew "), leak
+    assert "from step 10 to step 59 (bound 8.0 MiB)" in leak["error"]
+    grown = float(leak["error"].split()[3])
+    assert 11.0 < grown < 14.0, leak  # 50 steps x 256 KiB kept = 12.5 MiB
+    nan = results["fault_long_run_diverges"]["failures"][0]
+    assert nan["step"] == "stability" and nan["error"].startswith("step ") and "is nan" in nan["error"], nan
+    curve = json.loads((out / "cases" / "fault_long_run_leaks" / "curve_rank0.json").read_text())
+    assert len(curve["loss"]) == len(curve["rss_kb"]) == len(curve["wall_s"]) == 60
+    html = (out / "report.html").read_text()
+    assert html.count('<figure class="curve">') == 4  # loss and RSS of each case
+    assert 'aria-label="peak RSS per step, MiB"' in html and '<polyline class="rank0"' in html

@@ -13,9 +13,12 @@ from typing import Any, Optional, Sequence, Tuple
 from ..errors import CaseDeclarationError
 
 #: Gate tags, ``{platform}_{level}`` (seed 000 §8.5). ``*_level0`` gates are PR gates
-#: (fail-fast); ``*_level1`` gates are extended regressions (collect every failure).
+#: (fail-fast); ``*_level1`` gates are extended regressions (collect every failure);
+#: ``*_nightly`` gates are long runs (seed 001 §4.5: stability over hundreds of steps), which
+#: no level0/level1 selection picks.
 #: ``*_faults`` marks the fault-injection package (cases/faults): selected only by name.
-GATE_TAGS = ("cpu_level0", "cpu_level1", "npu_level0", "npu_level1", "cpu_faults", "npu_faults")
+GATE_TAGS = ("cpu_level0", "cpu_level1", "cpu_nightly", "npu_level0", "npu_level1", "npu_nightly", "cpu_faults",
+             "npu_faults")
 
 #: Device kinds a gate tag's prefix may name.
 DEVICE_KINDS = ("cpu", "npu")

@@ -75,7 +75,7 @@ SCENARIO = CaseKind("scenario", "ScenarioCase", (
 TRAIN = CaseKind("train", "TrainCase", (
     _f("name", True), _f("model"), _f("data"), _f("loss"), _f("mesh_shape", True), _f("parallelize"),
     _f("optimizer"), _f("steps"), _f("grad_accum"), _f("batch_split"), _f("train_step"), _f("clip_grad_norm"),
-    _f("compare"), _f("scheduler"), _f("phases"), _f("restore"),
+    _f("compare"), _f("scheduler"), _f("phases"), _f("restore"), _f("stability"),
     _f("mesh_dim_names", True), _f("tags", True), _f("capabilities", True), _f("layer", True), _f("requires", True),
     _f("spec_id", True), _f("known_failure"), _f("divergence"), _f("solo_launcher", True), _f("timeout_s"),
 ), fixed={"needs_mesh": True})

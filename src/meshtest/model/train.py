@@ -87,6 +87,29 @@ class Phase:
     continuity: CompareSpec = field(default_factory=_exact)
 
 
+@dataclass(frozen=True)
+class Stability:
+    """A long run (seed 001 §4.5, layer 4): the parallelized model trains ``TrainCase.steps``
+    steps — no per-step baseline comparison (over hundreds of steps float32 re-association
+    drifts past any per-step tolerance; the point is the run) — and must:
+
+    - keep every step's loss, gradients and parameters finite (no NaN/Inf);
+    - not grow its peak resident set (``getrusage(RUSAGE_SELF).ru_maxrss``, per rank process)
+      by more than ``rss_growth_mb`` MiB from the end of step ``warmup`` to the last step: a
+      leak of a few KiB per step (a tensor kept per step) shows over 200 steps;
+    - finish inside the case deadline (a hang is a timeout).
+
+    Each rank writes its curve (loss, peak RSS and seconds per step) as
+    ``curve_rank<r>.json`` in the case's directory; the HTML report draws it.
+
+    :param warmup: steps before the RSS baseline is taken (allocator and autograd caches fill).
+    :param rss_growth_mb: allowed growth of the peak RSS after warm-up, MiB.
+    """
+
+    warmup: int = 20
+    rss_growth_mb: float = 8.0
+
+
 @schema.declares(schema.TRAIN)
 @dataclass(frozen=True)
 class TrainCase(_Case):
@@ -131,6 +154,7 @@ class TrainCase(_Case):
         configuration (:attr:`Phase.continuity`). A failure names the phase and the global step.
     :param restore: what a resume restores (a subset of :data:`RESTORABLE`); a test fixture drops
         one to prove the phase cases catch it.
+    :param stability: a long run (:class:`Stability`) instead of the per-step comparison.
     :param mesh_dim_names: real axis names (the capability reads them).
     :param tags: gate tags. :param capabilities: capability domains covered
         (:data:`meshtest.model.rules.CAPABILITIES`); targets are tagged ``cap:<domain>``.
@@ -157,6 +181,7 @@ class TrainCase(_Case):
     scheduler: Optional[Callable[..., Any]] = None
     phases: Tuple[Phase, ...] = ()
     restore: Tuple[str, ...] = RESTORABLE
+    stability: Optional[Stability] = None
     mesh_dim_names: Optional[Tuple[str, ...]] = None
     tags: Tuple[str, ...] = ()
     capabilities: Tuple[str, ...] = ()
@@ -206,6 +231,14 @@ class TrainCase(_Case):
             raise CaseDeclarationError(file, name, "compare", "compare must be TrainCompare(loss=..., grads=..., ...)")
         _check_timeout(file, name, self.timeout_s)
         phases = self._validated_phases(file, name, mesh_shape)
+        stab = self.stability
+        if stab is not None and (not isinstance(stab, Stability) or not isinstance(stab.warmup, int)
+                                 or not 0 < stab.warmup < self.steps or not stab.rss_growth_mb > 0):
+            raise CaseDeclarationError(file, name, "stability",
+                                       f"stability must be Stability(warmup=w, rss_growth_mb=m) with 0 < w < steps "
+                                       f"({self.steps}) and m > 0; got {stab!r}")
+        if stab is not None and phases:
+            raise CaseDeclarationError(file, name, "stability", "a long run has no phases")
         restore = tuple(self.restore) if isinstance(self.restore, (tuple, list)) else self.restore
         if not isinstance(restore, tuple) or any(r not in RESTORABLE for r in restore):
             raise CaseDeclarationError(file, name, "train", f"restore must be a tuple of {RESTORABLE}; got {restore!r}")

@@ -97,6 +97,9 @@ class TrainSnapshot:
     :ivar grads: gradient per parameter after the step's backward(s), before the optimizer step.
     :ivar params: each parameter after the optimizer step.
     :ivar optim: each optimizer state tensor, as ``"<param fqn>.<state key>"``.
+    :ivar finite: every gradient and parameter of this rank finite after the step (``None``: not
+        checked). :ivar rss_kb: the process's peak resident set after the step, KiB
+        (``ru_maxrss``). :ivar wall_s: the step's wall-clock seconds.
     """
 
     loss: Optional[np.ndarray]
@@ -106,6 +109,9 @@ class TrainSnapshot:
     optim: Dict[str, np.ndarray]
     #: the rank held part of the model (:attr:`TrainContext.partial`)
     partial: bool = False
+    finite: Optional[bool] = None
+    rss_kb: int = 0
+    wall_s: float = 0.0
 
 
 class ShardBackend(ABC):
@@ -264,8 +270,8 @@ class ShardBackend(ABC):
         return False
 
     def train(self, case: Any, mesh: Any, parallel: bool, notes: Optional[List[str]] = None, *, start: int = 0,
-              steps: Optional[int] = None, load: Optional[str] = None,
-              save: Optional[str] = None) -> List[TrainSnapshot]:
+              steps: Optional[int] = None, load: Optional[str] = None, save: Optional[str] = None,
+              light: bool = False) -> List[TrainSnapshot]:
         """Train a :class:`meshtest.model.train.TrainCase` on this rank: build the model from
         the case's seed, apply ``case.parallelize`` when ``parallel``, train
         ``steps - start`` steps (``steps`` default ``case.steps``) of ``case.grad_accum``
@@ -280,10 +286,18 @@ class ShardBackend(ABC):
         step, committed with :func:`meshtest.checkpoints.commit`.
 
         :param notes: collects the lines ``ctx.note`` adds (and which checkpoint loaded).
+        :param light: a long run: snapshots carry the loss, ``finite``, ``rss_kb`` and ``wall_s``
+            only (no per-parameter arrays, which would grow the process by themselves).
         :raises NotImplementedError: the platform runs no training cases (default).
         :raises meshtest.checkpoints.CheckpointError: ``load`` has no loadable checkpoint.
         """
         raise NotImplementedError(f"platform {self.platform!r} runs no training cases")
+
+    def build_info(self) -> Dict[str, str]:
+        """What a golden training curve depends on besides the case: the platform library's
+        version and the CPU code path it takes (e.g. ``{"torch": "2.13.0+cpu",
+        "cpu_capability": "AVX2"}``). Default: ``{}`` (no golden curves compared exactly)."""
+        return {}
 
     def features(self) -> frozenset:
         """Platform features this backend provides, from :data:`meshtest.model.rules.FEATURES`.

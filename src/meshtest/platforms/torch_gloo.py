@@ -9,6 +9,8 @@ import datetime
 import inspect
 import os
 import re
+import resource
+import time
 import types
 from typing import Any, Dict, Optional, Sequence, Tuple
 
@@ -37,6 +39,16 @@ _DTYPES = {
     "bool": torch.bool,
 }
 _NAMES = {v: k for k, v in _DTYPES.items()}
+
+
+def _local(t: Any) -> Any:
+    """A DTensor's local shard (every rank checks its own), or the tensor."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _peak_rss_kb() -> int:
+    """This process's peak resident set so far, KiB (Linux ``ru_maxrss``)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _flat_optim():
@@ -236,7 +248,8 @@ class TorchGlooBackend(ShardBackend):
         return "collective mismatch: " + ", ".join(sorted(parts))
 
     def train(self, case: Any, mesh: Any, parallel: bool, notes: Optional[list] = None, *, start: int = 0,
-              steps: Optional[int] = None, load: Optional[str] = None, save: Optional[str] = None) -> list:
+              steps: Optional[int] = None, load: Optional[str] = None, save: Optional[str] = None,
+              light: bool = False) -> list:
         """The platform side of a training case: the loop of zero_grad, (micro-batch forward,
         scaled loss, backward) x grad_accum, snapshot of grads, optimizer step, scheduler step,
         snapshot of params and optimizer state; DCP checkpoints for phases. See
@@ -259,7 +272,7 @@ class TorchGlooBackend(ShardBackend):
         count = (case.steps if steps is None else steps) - start
         first = self._load(load, model, opt, sched, ctx, case.restore) if load is not None else start
         custom = case.train_step if parallel else None
-        snaps = [self._train_step(case, model, opt, sched, named, step, ctx, custom, parallel)
+        snaps = [self._train_step(case, model, opt, sched, named, step, ctx, custom, parallel, light)
                  for step in range(first, first + count)]
         if save is not None:
             self._save(save, first + count, model, opt, sched, mesh)
@@ -328,7 +341,8 @@ class TorchGlooBackend(ShardBackend):
         return int(extra["step"]) if "data" in restore else 0
 
     def _train_step(self, case: Any, model: Any, opt: Any, sched: Any, named: list, step: int, ctx: TrainContext,
-                    custom: Any, parallel: bool) -> TrainSnapshot:
+                    custom: Any, parallel: bool, light: bool = False) -> TrainSnapshot:
+        t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         total = None
         for micro in range(case.grad_accum):
@@ -352,6 +366,15 @@ class TorchGlooBackend(ShardBackend):
         norm = None
         if case.clip_grad_norm is not None:
             norm = _np(self._clip(case.clip_grad_norm, [p for _, p in named], ctx))
+        if light:
+            finite = all(bool(torch.isfinite(_local(p.grad)).all()) for _, p in named if p.grad is not None)
+            opt.step()
+            if sched is not None:
+                sched.step()
+            finite = finite and all(bool(torch.isfinite(_local(p)).all()) for _, p in named)
+            loss = None if total is None else total.cpu().numpy()
+            return TrainSnapshot(loss, norm, {}, {}, {}, partial=ctx.partial, finite=finite, rss_kb=_peak_rss_kb(),
+                                 wall_s=time.perf_counter() - t0)
         grads = {n: _np(p.grad) for n, p in named if p.grad is not None}
         opt.step()
         if sched is not None:
@@ -361,7 +384,7 @@ class TorchGlooBackend(ShardBackend):
         optim = {f"{by_param[id(p)]}.{k}": _np(v) for p, state in opt.state.items() if id(p) in by_param
                  for k, v in state.items() if isinstance(v, torch.Tensor)}
         return TrainSnapshot(None if total is None else total.cpu().numpy(), norm, grads, params, optim,
-                             partial=ctx.partial)
+                             partial=ctx.partial, rss_kb=_peak_rss_kb(), wall_s=time.perf_counter() - t0)
 
     @staticmethod
     def _clip(max_norm: float, params: list, ctx: TrainContext) -> Any:
@@ -459,6 +482,11 @@ class TorchGlooBackend(ShardBackend):
     def shutdown(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+    def build_info(self) -> Dict[str, str]:
+        """torch's version and the CPU kernel path it dispatches to (``AVX2``, ``AVX512``, ...):
+        float results of the same program may differ between code paths."""
+        return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
     def features(self) -> frozenset:
         """Probed from the installed torch (see :data:`meshtest.model.rules.FEATURES`)."""

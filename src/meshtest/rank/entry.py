@@ -50,7 +50,7 @@ from ..platforms.backend import ShardBackend, load_backend
 from ..proctree import die_with_parent
 from ..status import Status, with_known_failure
 from . import pipeline
-from .train import PhaseRun
+from .train import CaseFiles, PhaseRun
 
 log = logging.getLogger("meshtest.rank")
 
@@ -164,7 +164,9 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
         backend.seed(case_seed(case.name))
         phase = None if sc.phase is None else PhaseRun(sc.phase, len(sc.phase_meshes),
                                                        os.path.join(plan.cases_dir, case.name))
-        result = pipeline.run(case, backend, mesh, lambda step: out.emit(StepEntered(case.name, step)), phase)
+        files = CaseFiles(os.path.join(plan.cases_dir, case.name),
+                          os.path.join(os.path.dirname(sc.file), "golden", f"{case.name}.json"))
+        result = pipeline.run(case, backend, mesh, lambda step: out.emit(StepEntered(case.name, step)), phase, files)
         changes = state_changes(before, backend.global_state())
         if changes:
             backend.restore_global_state(before)

@@ -113,16 +113,18 @@ def _completed(step: str, expect: Optional[ExpectRaises], default_step: Optional
     return StepResult(Status.PASS, step, "", notes)
 
 
-def run(case: Any, backend: ShardBackend, mesh: Any, on_step: OnStep = None, phase: Any = None) -> StepResult:
+def run(case: Any, backend: ShardBackend, mesh: Any, on_step: OnStep = None, phase: Any = None,
+        files: Any = None) -> StepResult:
     """Run ``case`` of any kind on this rank (see :func:`run_case`, :func:`run_scenario`,
     :func:`meshtest.rank.train.run_train`; ``phase``: a
-    :class:`meshtest.rank.train.PhaseRun` for one phase of a phased training case)."""
+    :class:`meshtest.rank.train.PhaseRun` for one phase of a phased training case; ``files``: its
+    :class:`meshtest.rank.train.CaseFiles`)."""
     if isinstance(case, ScenarioCase):
         return run_scenario(case, backend, mesh, on_step)
     if case.kind == "train":
         from .train import run_train
 
-        return run_train(case, backend, mesh, on_step, phase)
+        return run_train(case, backend, mesh, on_step, phase, files)
     return run_case(case, backend, mesh, on_step)
 
 

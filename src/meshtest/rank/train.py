@@ -9,6 +9,8 @@ atol=1e-06; max abs diff ...`` (the report adds the ranks).
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
@@ -38,16 +40,38 @@ class PhaseRun:
     case_dir: str
 
 
+@dataclass(frozen=True)
+class CaseFiles:
+    """Where a training case keeps files on this rank.
+
+    :ivar case_dir: the case's directory (``<cases_dir>/<case name>``): ``losses_rank<r>.json``
+        (every run), ``curve_rank<r>.json`` (long runs), ``checkpoints/`` (phases).
+    :ivar golden: the case's stored golden curve, ``<case file's dir>/golden/<case name>.json``.
+    """
+
+    case_dir: str
+    golden: str
+
+
+#: Layers whose training cases have a golden loss curve in the repository (issue: golden curves
+#: for the layer-2/3 training cases).
+GOLDEN_LAYERS = (2, 3)
+
+
 def run_train(case: TrainCase, backend: ShardBackend, mesh: Any, on_step: OnStep = None,
-              phase: Optional[PhaseRun] = None) -> StepResult:
+              phase: Optional[PhaseRun] = None, files: Optional[CaseFiles] = None) -> StepResult:
     """Run one training case on this rank (statuses as :mod:`meshtest.rank.pipeline`); with
-    ``phase``, one phase of it (:func:`run_phase`)."""
+    ``phase``, one phase of it (:func:`run_phase`); with ``case.stability``, a long run
+    (:func:`run_stability`). With ``files``, the parallel run's losses are written to the case's
+    directory and, for a layer-2/3 case, compared with its golden curve (:func:`check_golden`)."""
     missing = [f for f in ("training",) + tuple(case.requires) if f not in backend.features()]
     if missing:
         return StepResult(Status.UNSUPPORTED, "features",
                           f"unsupported on platform {backend.platform}: missing feature(s) {', '.join(missing)}")
     if phase is not None:
         return run_phase(case, backend, mesh, phase, on_step)
+    if case.stability is not None:
+        return run_stability(case, backend, mesh, files, on_step)
     steps = _Steps(case.name, on_step)
     notes: List[str] = []
     try:
@@ -55,8 +79,103 @@ def run_train(case: TrainCase, backend: ShardBackend, mesh: Any, on_step: OnStep
         base = backend.train(case, mesh, parallel=False)
         steps.enter("parallel")
         par = backend.train(case, mesh, parallel=True, notes=notes)
+        if files is not None:
+            _write(files.case_dir, f"losses_rank{backend.rank()}.json",
+                   {"case": case.name, "build": backend.build_info(), "losses": _losses(par)})
         steps.enter("compare")
         compare_runs(case, base, par)
+        if files is not None and case.layer in GOLDEN_LAYERS:
+            steps.enter("golden")
+            check_golden(case, par, files.golden, backend.build_info(), notes)
+    except (Exception, SystemExit) as e:  # a case's own error must not stop the others
+        return _from_exception(e, steps.current, backend, None, None, tuple(notes))
+    return _completed(steps.current, None, None, tuple(notes))
+
+
+def _losses(snaps: List[TrainSnapshot]) -> List[Optional[float]]:
+    """Per-step losses as Python floats (``repr`` round-trips a float32 value exactly)."""
+    return [None if s.loss is None else float(np.float32(s.loss)) for s in snaps]
+
+
+def _write(directory: str, name: str, doc: Dict[str, Any]) -> None:
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    os.replace(tmp, os.path.join(directory, name))
+
+
+def check_golden(case: TrainCase, par: List[TrainSnapshot], path: str, build: Dict[str, str], notes: List[str]) -> None:
+    """Compare the parallel run's loss trajectory with the stored golden curve at ``path``.
+
+    Exact (float32 equality) when the golden curve was recorded with the same build
+    (:meth:`ShardBackend.build_info`) — a new torch release that changes a curve fails here,
+    naming the case; when only the CPU code path differs (``cpu_capability``: AVX2 against
+    AVX512 kernels round differently), within the case's loss tolerance, with a note. A missing
+    golden file is a note (``src/tests/test_golden.py`` requires one per layer-2/3 case).
+
+    :raises CompareError: at the first step whose loss differs, naming both values and builds,
+        and the command that regenerates the curves.
+    """
+    if not os.path.exists(path):
+        notes.append(f"no golden curve at {path} (python3 tools/golden_curves.py --write records one)")
+        return
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    mine = _losses(par)
+    if all(v is None for v in mine):  # a pipeline stage before the last computes no loss
+        return
+    stored = doc.get("losses")
+    fix = "; if the change is expected, regenerate: python3 tools/golden_curves.py --write"
+    if not isinstance(stored, list) or len(stored) != len(mine):
+        what = f"no curve ({doc['no_curve']})" if "no_curve" in doc else f"{len(stored or ())} step(s)"
+        raise CompareError(f"golden curve {path}: stores {what}, this run trained {len(mine)} step(s){fix}")
+    recorded = doc.get("build", {})
+    versions_equal = all(recorded.get(k) == v for k, v in build.items() if k != "cpu_capability")
+    exact = recorded == build or not versions_equal
+    if not exact:
+        notes.append(f"golden curve recorded with {recorded}, this run {build}: compared within the loss tolerance")
+    for i, (got, want) in enumerate(zip(mine, stored)):
+        if got is None or want is None:
+            continue
+        if exact and np.float32(got) != np.float32(want):
+            raise CompareError(f"golden curve {path}: step {i} loss {got!r} != stored {want!r} (stored with "
+                               f"{recorded}; this run {build}){fix}")
+        if not exact and case.compare.loss is not None:
+            compare_arrays(np.float32(want), np.float32(got), "float32", "float32", case.compare.loss,
+                           label=f"golden curve {path}: step {i} loss")
+
+
+def run_stability(case: TrainCase, backend: ShardBackend, mesh: Any, files: Optional[CaseFiles],
+                  on_step: OnStep = None) -> StepResult:
+    """A long run (:class:`meshtest.model.train.Stability`): train ``case.steps`` steps, write
+    ``curve_rank<r>.json`` (loss, peak RSS KiB, seconds per step), then check every step finite
+    and the peak RSS growth after warm-up within the bound. Failures name the step."""
+    steps = _Steps(case.name, on_step)
+    notes: List[str] = []
+    stab = case.stability
+    try:
+        steps.enter("long run")
+        snaps = backend.train(case, mesh, parallel=True, notes=notes, light=True)
+        rss = [s.rss_kb for s in snaps]
+        if files is not None:
+            _write(files.case_dir, f"curve_rank{backend.rank()}.json",
+                   {"case": case.name, "rank": backend.rank(), "loss": _losses(snaps), "rss_kb": rss,
+                    "wall_s": [s.wall_s for s in snaps], "warmup": stab.warmup, "rss_growth_mb": stab.rss_growth_mb})
+        steps.enter("stability")
+        for i, s in enumerate(snaps):
+            if s.loss is not None and not math.isfinite(float(s.loss)):
+                raise CompareError(f"step {i}: loss is {float(s.loss)}")
+            if s.finite is False:
+                raise CompareError(f"step {i}: a gradient or parameter of this rank is NaN/Inf")
+        growth = (rss[-1] - rss[stab.warmup - 1]) / 1024
+        after = snaps[stab.warmup:]
+        rate = len(after) / max(sum(s.wall_s for s in after), 1e-9)
+        notes.append(f"{len(snaps)} steps; {rate:.0f} steps/s after warm-up; peak RSS {rss[-1] / 1024:.0f} MiB, "
+                     f"+{growth:.2f} MiB from step {stab.warmup} to {len(snaps) - 1}")
+        if growth > stab.rss_growth_mb:
+            raise CompareError(f"peak RSS grew {growth:.2f} MiB from step {stab.warmup} to step {len(snaps) - 1} "
+                               f"(bound {stab.rss_growth_mb} MiB): {rss[stab.warmup - 1]} KiB -> {rss[-1]} KiB")
     except (Exception, SystemExit) as e:  # a case's own error must not stop the others
         return _from_exception(e, steps.current, backend, None, None, tuple(notes))
     return _completed(steps.current, None, None, tuple(notes))

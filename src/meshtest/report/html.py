@@ -8,12 +8,14 @@ rank's log and JSONL (relative links, so the report reads from a CI artifact sto
 """
 from __future__ import annotations
 
+import os
 from typing import Dict, List, NamedTuple, Sequence
 
 from jinja2 import Environment
 
 from ..contract import CaseOutcome
 from ..status import Status
+from .curves import HEIGHT, WIDTH, charts, read_curves
 from .reporter import counts, spec_table
 
 _TEMPLATE = """<!doctype html>
@@ -24,6 +26,7 @@ td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;font-size:13px}
 .pass,.xfail{background:#d9f2d9} .fail,.error,.crash,.timeout,.missing,.xpass{background:#f8d0d0}
 .not_run{background:#eee} .unsupported{background:#fff3c4} .waited{background:#fde2c8}
 pre{margin:2px 0;white-space:pre-wrap;max-width:70em;font-size:12px}
+figure.curve{margin:4px 0} figcaption{font-size:11px}
 </style></head><body>
 <h1>meshtest report</h1>
 <p id="totals">{% for status, n in totals %}<span class="{{ status }}">{{ status }}: {{ n }}</span> {% endfor %}</p>
@@ -39,7 +42,15 @@ pre{margin:2px 0;white-space:pre-wrap;max-width:70em;font-size:12px}
 {% if row.known_failure %}<br><small>known failure: {{ row.known_failure }}</small>{% endif %}
 {% if row.divergence %}<br><small class="divergence">divergence from spec: {{ row.divergence }}</small>{% endif %}
 {% if row.detail %}<pre class="detail">{{ row.detail }}</pre>{% endif %}
-{% if row.diagnosis %}<pre class="diagnosis">diagnosis: {{ row.diagnosis }}</pre>{% endif %}</td>
+{% if row.diagnosis %}<pre class="diagnosis">diagnosis: {{ row.diagnosis }}</pre>{% endif %}
+{% for chart in row.charts %}<figure class="curve"><svg width="{{ size[0] }}" height="{{ size[1] }}"
+ viewBox="0 0 {{ size[0] }} {{ size[1] }}" role="img" aria-label="{{ chart.title }}">
+<rect width="100%" height="100%" fill="#fafafa" stroke="#bbb"/>
+{% for rank, points in chart.lines %}<polyline class="rank{{ rank }}" fill="none" stroke="{{ colors[rank % 4] }}"
+ stroke-width="1.2" points="{{ points }}"><title>rank {{ rank }}</title></polyline>{% endfor %}</svg>
+<figcaption>{{ chart.title }}: {{ "%.4g"|format(chart.low) }} to {{ "%.4g"|format(chart.high) }};
+ranks {% for rank, _ in chart.lines %}<span style="color:{{ colors[rank % 4] }}">{{ rank }}</span> {% endfor %}
+</figcaption></figure>{% endfor %}</td>
 <td>{{ row.world_size }}</td><td>{{ row.launch }}</td><td>{{ "%.3f"|format(row.slowest_s) }}</td>
 {% for cell in row.cells %}<td class="rank {{ cell.status }}">{{ cell.status }}
 {%- if cell.step %} @ {{ cell.step }}{% endif %}
@@ -65,7 +76,7 @@ class _Cell(NamedTuple):
     jsonl: str = ""
 
 
-def _row(o: CaseOutcome, max_ranks: int) -> dict:
+def _row(o: CaseOutcome, max_ranks: int, artifacts_dir: str = "") -> dict:
     failed = {f.rank: f for f in o.failures}
     cells = []
     for rank in range(max_ranks):
@@ -81,18 +92,21 @@ def _row(o: CaseOutcome, max_ranks: int) -> dict:
             log=f"{base}.log" if base else "",
             jsonl=f"{base}.jsonl" if base else "",
         ))
-    return {**o.to_json(), "launch": o.launch_dir or o.group, "cells": cells}
+    return {**o.to_json(), "launch": o.launch_dir or o.group, "cells": cells,
+            "charts": charts(read_curves(artifacts_dir, o.case)) if artifacts_dir else []}
 
 
 def write_html_report(path: str, outcomes: Sequence[CaseOutcome], notes: Sequence[str] = ()) -> None:
-    """Render ``outcomes`` to ``path`` (links are relative to the file's directory)."""
+    """Render ``outcomes`` to ``path`` (links are relative to the file's directory; a long run's
+    curves are read from ``cases/<case>/curve_rank<r>.json`` beside it, :mod:`.curves`)."""
     max_ranks = max((o.world_size for o in outcomes), default=0)
     files: Dict[str, List[dict]] = {}
+    here = os.path.dirname(os.path.abspath(path))
     for o in outcomes:
-        files.setdefault(o.file, []).append(_row(o, max_ranks))
+        files.setdefault(o.file, []).append(_row(o, max_ranks, here))
     html = Environment(autoescape=True).from_string(_TEMPLATE).render(
         totals=sorted((s.value, n) for s, n in counts(outcomes).items()), notes=notes, files=sorted(files.items()),
-        max_ranks=max_ranks,
+        max_ranks=max_ranks, size=(WIDTH, HEIGHT), colors=("#1f77b4", "#d62728", "#2ca02c", "#9467bd"),
         spec_lines=spec_table(outcomes))
     with open(path, "w", encoding="utf-8") as f:
         f.write(html)
