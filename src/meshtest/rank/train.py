@@ -160,7 +160,8 @@ def run_stability(case: TrainCase, backend: ShardBackend, mesh: Any, files: Opti
         rss = [s.rss_kb for s in snaps]
         if files is not None:
             _write(files.case_dir, f"curve_rank{backend.rank()}.json",
-                   {"case": case.name, "rank": backend.rank(), "loss": _losses(snaps), "rss_kb": rss,
+                   {"case": case.name, "rank": backend.rank(), "build": backend.build_info(),
+                    "loss": _losses(snaps), "rss_kb": rss,
                     "wall_s": [s.wall_s for s in snaps], "warmup": stab.warmup, "rss_growth_mb": stab.rss_growth_mb})
         steps.enter("stability")
         for i, s in enumerate(snaps):
