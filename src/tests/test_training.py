@@ -162,6 +162,12 @@ def test_every_seed001_domain_has_mechanism_and_single_capability_cases():
     cov = coverage(read_domains(os.path.join(root, "seed001_domains.txt")), scans)
     assert cov.ok, "\n".join(format_coverage(cov))
     assert len(cov.domains) == 17 and "hsdp" not in cov.domains
+    # layers 3 and 4 (seed 001 §4.4, §4.5): the table's eleven combinations touch these domains,
+    # and long runs or resumes exist for every domain but DTensor random ops
+    combined = {d for d in cov.domains if cov.cells.get((d, 3))}
+    assert {"shard", "tp", "fsdp", "pp", "cp", "ac", "swap", "dcp", "resume", "clip_grad", "init"} <= combined
+    long_run = {d for d in cov.domains if cov.cells.get((d, 4))}
+    assert set(cov.domains) - long_run == {"rng"}, long_run
 
 
 CASE_LINES = Path(os.path.abspath(__file__)).parents[2] / "tools" / "case_lines.py"

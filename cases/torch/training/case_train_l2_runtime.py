@@ -33,86 +33,21 @@ from cases.torch.training.models import (
     sequences,
     stack,
 )
-from cases.torch.training.plans import context_parallel_step
+from cases.torch.training.plans import (
+    context_parallel_step,
+    ddp_by_hand,
+    dtensor_data_parallel,
+    expert_parallel,
+    layouts_at_the_root,
+    scaled_loss_step,
+    sharded_target_step,
+    symmetric_memory_all_gather_matmul,
+)
 from meshtest import ScenarioCase, TrainCase, register
 
 L0 = ("cpu_level0", "cpu_level1")
 L1 = ("cpu_level1",)
 TWO = (2,)
-
-
-def ddp_by_hand(model, ctx):
-    dist = ctx.api.dist
-    group = ctx.mesh.get_group("dp")
-    n = dist.get_world_size(group)
-
-    def average(p):
-        dist.all_reduce(p.grad, group=group)
-        p.grad.div_(n)
-
-    for p in model.parameters():
-        p.register_post_accumulate_grad_hook(average)
-    return model
-
-
-def dtensor_data_parallel(model, ctx):
-    api = ctx.api
-    return api.distribute_module(
-        model, ctx.mesh, input_fn=lambda mod, inputs, mesh: tuple(
-            api.distribute_tensor(x, mesh, [api.Shard(0)]) for x in inputs))
-
-
-def sharded_target_step(model, inputs, target, loss_fn, ctx):
-    api = ctx.api
-    loss = loss_fn(model(*inputs), api.distribute_tensor(target, ctx.mesh, [api.Shard(0)]))
-    loss.backward()
-    return loss
-
-
-def layouts_at_the_root(model, ctx):
-    api = ctx.api
-    R = api.Replicate()
-    plan = {"": api.PrepareModuleInputOutput(input_layouts=(R,), desired_input_layouts=(R,), output_layouts=(R,),
-                                             desired_output_layouts=(R,), use_local_output=True),
-            "w1": api.ColwiseParallel(), "w2": api.RowwiseParallel(use_local_output=False)}
-    return api.parallelize_module(model, ctx.mesh, plan)
-
-
-def expert_parallel(model, ctx):
-    """Keep this rank's expert, exchange rows with all-to-all, all-reduce the shared gradients."""
-    api = ctx.api
-    torch, dist = api.torch, api.dist
-    funcol = api.funcol
-    group, rank, n = ctx.mesh.get_group("ep"), ctx.rank, ctx.world_size
-    mine = model.experts[str(rank)]
-    model.experts = api.nn.ModuleDict({str(rank): mine})
-    shared = [p for name, p in model.named_parameters() if not name.startswith("experts.")]
-    for p in shared:
-        p.register_post_accumulate_grad_hook(lambda p: dist.all_reduce(p.grad, group=group))
-
-    def forward(x):
-        choice, weight = model.route(x)
-        order = torch.argsort(choice, stable=True)
-        send = [int((choice == e).sum()) for e in range(n)]
-        counts = torch.tensor(send)
-        recv_counts = torch.empty_like(counts)
-        dist.all_to_all_single(recv_counts, counts, group=group)
-        recv = recv_counts.tolist()
-        rows = funcol.all_to_all_single_autograd(x[order], recv, send, group)
-        done = funcol.all_to_all_single_autograd(mine(rows), send, recv, group)
-        out = torch.zeros_like(x).index_put((order,), done)
-        return model.head(out * weight)
-
-    model.forward = forward
-    ctx.partial = True  # each rank holds one expert
-    return model
-
-
-def scaled_loss_step(model, inputs, target, loss_fn, ctx):
-    """The local loss divided by the ranks: the summed gradients are the full batch's."""
-    loss = loss_fn(model(*inputs), target)
-    (loss / ctx.world_size).backward()
-    return loss
 
 
 def _fsdp_model_and_optimizer(api, mesh, seed):
@@ -229,24 +164,6 @@ def context_parallel_alltoall_step(model, inputs, target, loss_fn, ctx):
         return context_parallel_step(model, inputs, target, loss_fn, ctx)
     finally:
         _attention._cp_options.rotate_method = before
-
-
-def symmetric_memory_all_gather_matmul(model, ctx):
-    """``w1`` computed by symmetric memory's fused all-gather + matmul over row-sharded inputs."""
-    from torch.distributed import _symmetric_memory as symm
-
-    group = ctx.mesh.get_group()
-    symm.enable_symm_mem_for_group(group.group_name)
-    w1, rank, n = model.w1, ctx.rank, ctx.world_size
-
-    def fused(x):
-        local = x.chunk(n, dim=0)[rank].contiguous()
-        gathered, (out,) = ctx.api.torch.ops.symm_mem.fused_all_gather_matmul(local, [w1.weight.t()], 0,
-                                                                              group.group_name)
-        return out + w1.bias
-
-    w1.forward = fused
-    return model
 
 
 register(TrainCase(name="train_comms_ddp_by_hand", model=mlp, data=regression, loss=mse, parallelize=ddp_by_hand,

@@ -18,7 +18,7 @@ state agree, step by step.
   Colwise/Rowwise MLP, vocab-sharded logits gathered for the cross-entropy.
 """
 from cases.torch.training.models import adam, cross_entropy, mlp, mse, regression, sgd_momentum, stack, tiny_lm, tokens
-from cases.torch.training.plans import fsdp_per_block, gpipe_step, pp_two_stages
+from cases.torch.training.plans import fsdp_bf16, fsdp_per_block, gpipe_step, pp_two_stages
 from meshtest import CompareSpec, TrainCase, TrainCompare, register
 
 TP = ("tp",)
@@ -31,14 +31,6 @@ BF16 = CompareSpec.allclose(rtol=5e-2, atol=5e-3)
 def tp_colwise_rowwise(model, ctx):
     api = ctx.api
     return api.parallelize_module(model, ctx.mesh, {"w1": api.ColwiseParallel(), "w2": api.RowwiseParallel()})
-
-
-def fsdp_bf16(model, ctx):
-    api = ctx.api
-    policy = api.MixedPrecisionPolicy(param_dtype=api.torch.bfloat16, reduce_dtype=api.torch.float32)
-    for block in model.blocks.values():
-        api.fully_shard(block, mesh=ctx.mesh, mp_policy=policy)
-    return api.fully_shard(model, mesh=ctx.mesh, mp_policy=policy)
 
 
 register(TrainCase(name="train_tp_mlp_colwise_rowwise_adam", model=mlp, data=regression, loss=mse,

@@ -29,16 +29,35 @@ The eleven combinations of the table, and where each lives:
     into a full ``lr`` step); ``clip_grad_fsdp_tp_mixed_meshes`` — the head
     on FSDP's 1-D ``dp`` mesh, the blocks on ``(dp, tp)``: ``clip_grad_norm_`` stacks norms of
     DTensors on different meshes and fails (known failure, pytorch/pytorch#180346).
+
+Beyond the table, for the domains it does not combine: ``tp_loss_parallel`` (TP + DTensor: the
+vocabulary-sharded logits stay a ``Shard(-1)`` DTensor into the cross-entropy under
+``loss_parallel``, never gathered) and ``fsdp_bf16_clip_grad`` (FSDP2 + mixed precision +
+clip-grad: the norm of bfloat16-computed, float32-reduced gradients; bfloat16 tolerance as in
+layer 2).
 """
-from cases.torch.training.models import adam, attention, mlp, mse, regression, sequences, sgd_momentum, stack, stage_of
+from cases.torch.training.models import (
+    adam,
+    attention,
+    mlp,
+    mse,
+    regression,
+    sequences,
+    sgd_momentum,
+    stack,
+    stage_of,
+    tiny_lm,
+    tokens,
+)
 from cases.torch.training.plans import (
     ac_full,
     context_parallel_step,
+    fsdp_bf16,
     fsdp_per_block,
     tp_blocks,
     tp_fsdp_2d,
 )
-from meshtest import TrainCase, register
+from meshtest import CompareSpec, TrainCase, TrainCompare, register
 
 L0 = ("cpu_level0", "cpu_level1")
 L1 = ("cpu_level1",)
@@ -282,3 +301,42 @@ register(TrainCase(name="clip_grad_fsdp_tp_mixed_meshes", model=stack, data=regr
                    known_failure="torch.nn.utils.clip_grad_norm_ torch.stack-s the per-parameter norms, DTensors on "
                                  "the (dp, tp) mesh and on FSDP's 1-D dp mesh: 'All operands in aten.stack.default "
                                  "must have the same mesh' (pytorch/pytorch#180346, open)"))
+
+
+def token_cross_entropy(logits, target):
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits.flatten(0, 1), target.flatten())
+
+
+def tp_logits_sharded(model, ctx):
+    """Megatron-style TP whose logits stay vocabulary-sharded (``Shard(-1)``, a DTensor)."""
+    api = ctx.api
+    R = api.Replicate()
+    plan = {"embed": api.RowwiseParallel(input_layouts=R), "attn.wq": api.ColwiseParallel(),
+            "attn.wk": api.ColwiseParallel(), "attn.wv": api.ColwiseParallel(), "attn.wo": api.RowwiseParallel(),
+            "mlp.w1": api.ColwiseParallel(), "mlp.w2": api.RowwiseParallel(),
+            "logits": api.ColwiseParallel(use_local_output=False)}
+    return api.parallelize_module(model, ctx.mesh, plan)
+
+
+def loss_parallel_step(model, inputs, target, loss_fn, ctx):
+    """Forward and backward inside ``loss_parallel()``: the cross-entropy of sharded logits."""
+    with ctx.api.loss_parallel():
+        loss = loss_fn(model(*inputs), target)
+        loss.backward()
+    return loss
+
+
+BF16 = CompareSpec.allclose(rtol=5e-2, atol=5e-3)
+
+register(TrainCase(name="tp_loss_parallel", model=tiny_lm, data=tokens, loss=token_cross_entropy,
+                   parallelize=tp_logits_sharded, train_step=loss_parallel_step, optimizer=sgd_momentum, steps=2,
+                   mesh_shape=(2,), mesh_dim_names=("tp",), tags=L1, capabilities=("tp", "dtensor"), layer=3,
+                   requires=("tp.styles", "loss_parallel")))
+register(TrainCase(name="fsdp_bf16_clip_grad", model=stack, data=regression, loss=mse, parallelize=fsdp_bf16,
+                   optimizer=sgd_momentum, steps=2, batch_split="dp", clip_grad_norm=0.5, mesh_shape=(2,),
+                   mesh_dim_names=("dp",), compare=TrainCompare(loss=BF16, grad_norm=BF16, grads=BF16, params=BF16,
+                                                                optim=BF16),
+                   tags=L1, capabilities=("fsdp", "mixed_precision", "clip_grad"), layer=3,
+                   requires=("fsdp2.mixed_precision",)))
