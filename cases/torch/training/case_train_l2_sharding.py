@@ -18,7 +18,7 @@ state agree, step by step.
   Colwise/Rowwise MLP, vocab-sharded logits gathered for the cross-entropy.
 """
 from cases.torch.training.models import adam, cross_entropy, mlp, mse, regression, sgd_momentum, stack, tiny_lm, tokens
-from cases.torch.training.plans import fsdp_bf16, fsdp_per_block, gpipe_step, pp_two_stages
+from cases.torch.training.plans import fsdp_bf16, fsdp_per_block, gpipe_step, pp_two_stages, tp_transformer
 from meshtest import CompareSpec, TrainCase, TrainCompare, register
 
 TP = ("tp",)
@@ -51,18 +51,6 @@ register(TrainCase(name="train_fsdp2_clip_grad_norm", model=stack, data=regressi
                    parallelize=fsdp_per_block, optimizer=adam, steps=2, batch_split="dp", clip_grad_norm=0.5,
                    mesh_shape=(2,), mesh_dim_names=DP, tags=L0, capabilities=("fsdp", "clip_grad"), layer=2,
                    requires=("fsdp2",)))
-
-
-def tp_transformer(model, ctx):
-    """Megatron-style TP: vocab-sharded embedding, heads sharded in attention, Colwise/Rowwise MLP,
-    vocab-sharded logits gathered for the loss."""
-    api = ctx.api
-    R = api.Replicate()
-    plan = {"embed": api.RowwiseParallel(input_layouts=R), "attn.wq": api.ColwiseParallel(),
-            "attn.wk": api.ColwiseParallel(), "attn.wv": api.ColwiseParallel(), "attn.wo": api.RowwiseParallel(),
-            "mlp.w1": api.ColwiseParallel(), "mlp.w2": api.RowwiseParallel(),
-            "logits": api.ColwiseParallel(output_layouts=R)}
-    return api.parallelize_module(model, ctx.mesh, plan)
 
 
 # Momentum SGD here: the key bias has a zero gradient in exact arithmetic (softmax ignores a shift

@@ -56,6 +56,7 @@ from cases.torch.training.plans import (
     fsdp_per_block,
     tp_blocks,
     tp_fsdp_2d,
+    tp_transformer,
 )
 from meshtest import CompareSpec, TrainCase, TrainCompare, register
 
@@ -311,13 +312,7 @@ def token_cross_entropy(logits, target):
 
 def tp_logits_sharded(model, ctx):
     """Megatron-style TP whose logits stay vocabulary-sharded (``Shard(-1)``, a DTensor)."""
-    api = ctx.api
-    R = api.Replicate()
-    plan = {"embed": api.RowwiseParallel(input_layouts=R), "attn.wq": api.ColwiseParallel(),
-            "attn.wk": api.ColwiseParallel(), "attn.wv": api.ColwiseParallel(), "attn.wo": api.RowwiseParallel(),
-            "mlp.w1": api.ColwiseParallel(), "mlp.w2": api.RowwiseParallel(),
-            "logits": api.ColwiseParallel(use_local_output=False)}
-    return api.parallelize_module(model, ctx.mesh, plan)
+    return tp_transformer(model, ctx, gather_logits=False)
 
 
 def loss_parallel_step(model, inputs, target, loss_fn, ctx):

@@ -202,3 +202,17 @@ def symmetric_memory_all_gather_matmul(model, ctx):
 
     w1.forward = fused
     return model
+
+
+def tp_transformer(model, ctx, gather_logits=True):
+    """Megatron-style TP of :func:`~cases.torch.training.models.tiny_lm`: vocab-sharded embedding,
+    heads sharded in attention, Colwise/Rowwise MLP, and the vocab-sharded logits gathered for the
+    loss (``gather_logits``) or left a ``Shard(-1)`` DTensor (for ``loss_parallel``)."""
+    api = ctx.api
+    R = api.Replicate()
+    logits = api.ColwiseParallel(output_layouts=R) if gather_logits else api.ColwiseParallel(use_local_output=False)
+    plan = {"embed": api.RowwiseParallel(input_layouts=R), "attn.wq": api.ColwiseParallel(),
+            "attn.wk": api.ColwiseParallel(), "attn.wv": api.ColwiseParallel(), "attn.wo": api.RowwiseParallel(),
+            "mlp.w1": api.ColwiseParallel(), "mlp.w2": api.RowwiseParallel(), "logits": logits}
+    return api.parallelize_module(model, ctx.mesh, plan)
+
