@@ -199,3 +199,21 @@ register(ScenarioCase(name="d", fn=par, layer=2, tags=("cpu_level0",)))
     sizes = {line.split()[1]: int(line.split()[0]) for line in out.splitlines() if line.startswith("  ")}
     assert sizes == {"a": 2 + 2, "b": 1 + 4}, out
     assert "2 TrainCase case(s); median 4.5 lines, max 5" in out, out
+
+
+def test_case_lines_counts_an_imported_capability_but_not_the_shared_model(tmp_path):
+    """The capability under test (parallelize=, train_step=, also inside a Phase) counts wherever
+    it is defined; the shared model builder imported from the same helper module does not."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "plans.py").write_text("def shard(model, ctx):\n    x = 1\n    return model\n\n\n"
+                                               "def build(api):\n    return api\n")
+    path = tmp_path / "case_imported.py"
+    path.write_text(
+        "from pkg.plans import build, shard\n"
+        'register(TrainCase(name="a", model=build, parallelize=shard, layer=2, tags=("cpu_level0",)))\n'
+        'register(TrainCase(name="b", model=build, phases=(Phase(steps=1, parallelize=shard),), layer=2,\n'
+        '                   tags=("cpu_level0",)))\n')
+    out = subprocess.run([sys.executable, str(CASE_LINES), "--layer", "2", str(path)], capture_output=True,
+                         text=True, check=True, cwd=tmp_path).stdout
+    sizes = {line.split()[1]: int(line.split()[0]) for line in out.splitlines() if line.startswith("  ")}
+    assert sizes == {"a": 1 + 3, "b": 2 + 3}, out
