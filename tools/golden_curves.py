@@ -2,8 +2,8 @@
 """Golden loss curves of the layer-2/3 training cases (seed 001 §4.5: regressions pinned to the
 platform's release): record them, compare them, print the difference.
 
-Each layer-2/3 training case in one launch (no phases, no long run) has
-``<case file dir>/golden/<case>.json``: the parallel run's loss per step (float32 values written
+Each layer-2/3 training case has ``<case file dir>/golden/<case>.json``: the parallel run's
+loss per step (every phase's steps in order, for a case with phases) (float32 values written
 so that they read back exactly), and the build they were recorded with (``torch`` version, CPU
 kernel path). Every run of the case compares its curve with the file
 (:func:`meshtest.rank.train.check_golden`): exactly for the same build, so a torch upgrade that
@@ -11,7 +11,8 @@ changes a curve fails naming the case.
 
 This tool runs the cases (``python -m meshtest run FILES --tag cpu_level1``, every case of the
 files whatever their current golden state), reads the losses each rank wrote to
-``<artifacts>/cases/<case>/losses_rank<r>.json``, and prints, per case, ``new``, ``same`` or the
+``<artifacts>/cases/<case>/losses_rank<r>.json`` (``losses_rank<r>.phase<i>.json`` per phase), and
+prints, per case, ``new``, ``same`` or the
 first steps that changed (old → new). ``--write`` stores the new curves; a case the platform
 reports unsupported, or a known failure that stops before a curve, is stored as
 ``{"no_curve": "<status>: <reason>"}``.
@@ -41,28 +42,40 @@ GOLDEN_LAYERS = (2, 3)
 
 
 def golden_cases(files: List[str]) -> Dict[str, str]:
-    """Case name → its golden path, for every layer-2/3 training case without phases (a long
-    run is layer 4)."""
+    """Case name → its golden path, for every layer-2/3 training case (a long run is layer 4)."""
     out = {}
     for path in files:
         scan = scan_case_file(path)
         if scan.error:
             raise SystemExit(f"{path}: {scan.error}")
         for c in scan.cases:
-            if c.kind == "train" and c.layer in GOLDEN_LAYERS and not c.phase_meshes:
+            if c.kind == "train" and c.layer in GOLDEN_LAYERS:
                 out[c.name] = os.path.join(os.path.dirname(path), "golden", f"{c.name}.json")
     return out
 
 
-def recorded(artifacts: str, case: str) -> Optional[dict]:
-    """The case's curve from the run: the first rank (by number) that computed a loss."""
-    for path in sorted(glob.glob(os.path.join(artifacts, "cases", glob.escape(case), "losses_rank*.json")),
-                       key=lambda p: int(p.rsplit("rank", 1)[1].split(".")[0])):
+def _first_with_loss(paths: List[str]) -> Optional[dict]:
+    """The first file (by rank) whose losses are not all ``None`` (a pipeline's last stage)."""
+    for path in sorted(paths, key=lambda p: int(p.rsplit("rank", 1)[1].split(".")[0])):
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
         if any(v is not None for v in doc["losses"]):
-            return {"case": case, "build": doc["build"], "losses": doc["losses"]}
+            return doc
     return None
+
+
+def recorded(artifacts: str, case: str) -> Optional[dict]:
+    """The case's curve from the run: per phase (or for the one launch), the first rank that
+    computed a loss; the phases' steps concatenated in order. ``None`` if a phase is missing."""
+    where = os.path.join(artifacts, "cases", glob.escape(case))
+    phase_files = glob.glob(os.path.join(where, "losses_rank*.phase*.json"))
+    phases = sorted({int(p.rsplit("phase", 1)[1].split(".")[0]) for p in phase_files})
+    groups = ([glob.glob(os.path.join(where, f"losses_rank*.phase{i}.json")) for i in phases] if phases
+              else [glob.glob(os.path.join(where, "losses_rank[0-9]*.json"))])
+    docs = [_first_with_loss(paths) for paths in groups]
+    if not docs or any(d is None for d in docs) or (phases and phases != list(range(1, len(phases) + 1))):
+        return None
+    return {"case": case, "build": docs[0]["build"], "losses": [v for d in docs for v in d["losses"]]}
 
 
 def difference(old: Optional[dict], new: dict) -> str:

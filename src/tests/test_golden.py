@@ -24,7 +24,7 @@ BUILD = {"torch": "2.13.0+cpu", "cpu_capability": "AVX2"}
 def test_every_layer_2_and_3_training_case_has_a_golden_curve_and_none_is_stale():
     files = sorted(os.path.join(TRAINING, f) for f in os.listdir(TRAINING) if f.startswith("case_"))
     wanted = {c.name for f in files for c in scan_case_file(f).cases
-              if c.kind == "train" and c.layer in GOLDEN_LAYERS and not c.phase_meshes}
+              if c.kind == "train" and c.layer in GOLDEN_LAYERS}
     stored = {f[:-5] for f in os.listdir(os.path.join(TRAINING, "golden")) if f.endswith(".json")}
     assert wanted - stored == set(), "missing golden curves: run python3 tools/golden_curves.py --write"
     assert stored - wanted == set(), "golden curves of no layer-2/3 training case"
@@ -81,3 +81,18 @@ def test_no_golden_file_is_a_note_and_a_curve_where_none_was_stored_fails(tmp_pa
     path.write_text(json.dumps({"case": "g", "no_curve": "unsupported: missing feature(s) x"}))
     with pytest.raises(CompareError, match=r"stores no curve \(unsupported: missing feature"):
         check_golden(_case(), _run(1.0), str(path), BUILD, [])
+
+
+def test_a_phase_compares_its_own_steps_of_the_whole_curve(tmp_path):
+    from meshtest import Phase
+
+    case = TrainCase(name="g", model=len, data=len, loss=len, mesh_shape=(1,), tags=("cpu_level0",), layer=3, steps=2,
+                     phases=(Phase(steps=2),)).validated("case_g.py")
+    path = _golden(tmp_path, [1.5, 1.25, 1.0, 0.75])
+    check_golden(case, _run(1.5, 1.25), path, BUILD, [], start=0)
+    check_golden(case, _run(1.0, 0.75), path, BUILD, [], start=2)
+    with pytest.raises(CompareError, match="step 3 loss 0.5 != stored 0.75"):
+        check_golden(case, _run(1.0, 0.5), path, BUILD, [], start=2)
+    short = _golden(tmp_path, [1.5, 1.25])
+    with pytest.raises(CompareError, match=r"stores 2 step\(s\), the case trains 4 step\(s\)"):
+        check_golden(case, _run(1.5, 1.25), short, BUILD, [], start=0)

@@ -69,7 +69,7 @@ def run_train(case: TrainCase, backend: ShardBackend, mesh: Any, on_step: OnStep
         return StepResult(Status.UNSUPPORTED, "features",
                           f"unsupported on platform {backend.platform}: missing feature(s) {', '.join(missing)}")
     if phase is not None:
-        return run_phase(case, backend, mesh, phase, on_step)
+        return run_phase(case, backend, mesh, phase, on_step, files)
     if case.stability is not None:
         return run_stability(case, backend, mesh, files, on_step)
     steps = _Steps(case.name, on_step)
@@ -105,8 +105,11 @@ def _write(directory: str, name: str, doc: Dict[str, Any]) -> None:
     os.replace(tmp, os.path.join(directory, name))
 
 
-def check_golden(case: TrainCase, par: List[TrainSnapshot], path: str, build: Dict[str, str], notes: List[str]) -> None:
-    """Compare the parallel run's loss trajectory with the stored golden curve at ``path``.
+def check_golden(case: TrainCase, par: List[TrainSnapshot], path: str, build: Dict[str, str], notes: List[str],
+                 start: int = 0) -> None:
+    """Compare the parallel run's loss trajectory with the stored golden curve at ``path``
+    (``par`` is global steps ``start`` .. ``start + len(par) - 1`` of it: one phase's steps; the
+    curve has every step of the case, all phases).
 
     Exact (float32 equality) when the golden curve was recorded with the same build
     (:meth:`ShardBackend.build_info`) — a new torch release that changes a curve fails here,
@@ -127,15 +130,18 @@ def check_golden(case: TrainCase, par: List[TrainSnapshot], path: str, build: Di
         return
     stored = doc.get("losses")
     fix = "; if the change is expected, regenerate: python3 tools/golden_curves.py --write"
-    if not isinstance(stored, list) or len(stored) != len(mine):
+    total = case.phase_start(len(case.phases) + 1) + (case.phases[-1].steps if case.phases else case.steps)
+    if isinstance(stored, list) and len(stored) == total:
+        stored = stored[start:start + len(mine)]
+    else:
         what = f"no curve ({doc['no_curve']})" if "no_curve" in doc else f"{len(stored or ())} step(s)"
-        raise CompareError(f"golden curve {path}: stores {what}, this run trained {len(mine)} step(s){fix}")
+        raise CompareError(f"golden curve {path}: stores {what}, the case trains {total} step(s){fix}")
     recorded = doc.get("build", {})
     versions_equal = all(recorded.get(k) == v for k, v in build.items() if k != "cpu_capability")
     exact = recorded == build or not versions_equal
     if not exact:
         notes.append(f"golden curve recorded with {recorded}, this run {build}: compared within the loss tolerance")
-    for i, (got, want) in enumerate(zip(mine, stored)):
+    for i, (got, want) in enumerate(zip(mine, stored), start=start):
         if got is None or want is None:
             continue
         if exact and np.float32(got) != np.float32(want):
@@ -182,7 +188,8 @@ def run_stability(case: TrainCase, backend: ShardBackend, mesh: Any, files: Opti
     return _completed(steps.current, None, None, tuple(notes))
 
 
-def run_phase(case: TrainCase, backend: ShardBackend, mesh: Any, phase: PhaseRun, on_step: OnStep = None) -> StepResult:
+def run_phase(case: TrainCase, backend: ShardBackend, mesh: Any, phase: PhaseRun, on_step: OnStep = None,
+              files: Optional[CaseFiles] = None) -> StepResult:
     """Phase ``phase.phase`` of a phased case on this rank (collective over the launch).
 
     Phase 1 removes the case's old checkpoints, trains ``case.steps`` steps and saves. A later
@@ -191,7 +198,9 @@ def run_phase(case: TrainCase, backend: ShardBackend, mesh: Any, phase: PhaseRun
     baseline trained continuously to ``end`` (``case.compare``); a later phase first with the
     continuous run of its own parallel configuration trained from step 0 in this launch
     (:attr:`meshtest.model.train.Phase.continuity`, exact by default) — the resume check: the
-    first step where the resumed run leaves the continuous one is named.
+    first step where the resumed run leaves the continuous one is named. With ``files``, the
+    phase's losses go to ``losses_rank<r>.phase<i>.json`` and a layer-2/3 case compares them with
+    its golden curve's steps ``start`` .. ``end - 1`` (the curve of the whole trajectory).
     """
     steps = _Steps(case.name, on_step)
     notes: List[str] = []
@@ -221,6 +230,12 @@ def run_phase(case: TrainCase, backend: ShardBackend, mesh: Any, phase: PhaseRun
             compare_runs(case, cont[start:], run, offset=start, spec=continuity,
                          prefix=f"{label}: resumed run vs the continuous run: ")
         compare_runs(case, base[start:], run, offset=start, prefix=f"{label}: vs the single-device baseline: ")
+        if files is not None:
+            _write(files.case_dir, f"losses_rank{backend.rank()}.phase{phase.phase}.json",
+                   {"case": case.name, "build": backend.build_info(), "start": start, "losses": _losses(run)})
+            if case.layer in GOLDEN_LAYERS:
+                steps.enter(f"phase{phase.phase} golden")
+                check_golden(case, run, files.golden, backend.build_info(), notes, start=start)
     except (Exception, SystemExit) as e:  # a case's own error must not stop the others
         return _from_exception(e, steps.current, backend, None, None, tuple(notes))
     return _completed(steps.current, None, None, tuple(notes))
