@@ -6,6 +6,11 @@ in which order, with which tolerance, and what a failure says — is shared poli
 per step, in :data:`meshtest.model.train.QUANTITIES` order, every parameter by fully-qualified
 name. A failure reads ``step 1 grads layers.0.weight: 3 of 16 elements outside rtol=1e-05
 atol=1e-06; max abs diff ...`` (the report adds the ranks).
+
+Three variations (seed 001 §4.5): one phase of a case that trains across launches
+(:func:`run_phase`: save, stop, load, judged against the continuous run), a long run
+(:func:`run_stability`: finite values, bounded peak RSS, a curve per rank), and the golden loss
+curve every layer-2/3 case is compared with (:func:`check_golden`).
 """
 from __future__ import annotations
 
@@ -53,8 +58,8 @@ class CaseFiles:
     golden: str
 
 
-#: Layers whose training cases have a golden loss curve in the repository (issue: golden curves
-#: for the layer-2/3 training cases).
+#: Layers whose training cases have a golden loss curve in the repository (seed 001 §4.5:
+#: regressions pinned to the platform release; ``tools/golden_curves.py`` records them).
 GOLDEN_LAYERS = (2, 3)
 
 
