@@ -100,8 +100,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--write", action="store_true", help="store the new curves")
     ap.add_argument("--python", default=sys.executable, help="an interpreter with torch")
     args = ap.parse_args(argv)
-    files = args.files or sorted(glob.glob(os.path.join("cases", "torch", "training", "case_*.py")))
-    cases = golden_cases(files)
+    # the run happens in the repository root: name the files relative to it, wherever this runs
+    files = [os.path.relpath(os.path.abspath(f), ROOT) for f in args.files] or sorted(
+        os.path.relpath(f, ROOT) for f in glob.glob(os.path.join(ROOT, "cases", "torch", "training", "case_*.py")))
+    cases = golden_cases([os.path.join(ROOT, f) for f in files])
+    if not cases:
+        print(f"golden: no layer-2/3 training case in {', '.join(files) or 'no file'}")
+        return 0
     with tempfile.TemporaryDirectory(prefix="meshtest-golden-") as artifacts:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), ROOT])}
         subprocess.run([args.python, "-m", "meshtest", "run", *files, "--tag", "cpu_level1", "--no-fail-fast",

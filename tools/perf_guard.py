@@ -24,7 +24,7 @@ baseline) and flags a throughput drop of more than 30 % or a peak RSS rise of mo
 baseline from another build or CPU is compared but says so.
 
 Usage: ``python3 tools/perf_guard.py [--python PY] [--repeat N] [--from DIR] [--write-baseline]``.
-Exit code 1 on a regression or a case without a curve, else 0. About 2 minutes per run.
+Exit code 1 on a regression or a case without a curve, else 0. About 3 minutes per run (16 long runs).
 """
 from __future__ import annotations
 

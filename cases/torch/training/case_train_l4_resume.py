@@ -1,9 +1,9 @@
 """Layer 4 (seed 001 §4.5), resume across processes: each case trains in phases, each phase a
 launch of its own (the processes of the phase before have exited), and a later phase loads the
-checkpoint the one before saved (DCP: model and optimizer; the LR scheduler, each rank"s RNG
+checkpoint the one before saved (DCP: model and optimizer; the LR scheduler, each rank's RNG
 state and the data position beside it).
 
-The check is the seed"s: resume is judged by the continuity of the trajectory. From phase 2
+The check is the seed's: resume is judged by the continuity of the trajectory. From phase 2
 on, each rank also trains the same parallel configuration without a stop, from step 0, and the
 resumed steps must equal it — exactly on CPU (loss, gradients, parameters, optimizer state),
 as Megatron compares the second half of a resumed run with a continuous one; and every phase
@@ -13,7 +13,7 @@ changes every step, so a resume that drops the RNG, the scheduler, the optimizer
 data position leaves the continuous run at its first step.
 
 - TP, FSDP2, PP (GPipe) and TP+FSDP (2-D): save after 2 steps, resume for 2 on the same mesh.
-- FSDP2 + meta-device init (layer 3"s "resume + FSDP + meta init"): phase 2 materializes the
+- FSDP2 + meta-device init (layer 3's "resume + FSDP + meta init"): phase 2 materializes the
   model from meta, then loads over it.
 - Cross-mesh restore: FSDP2 saved on ``(4,)``, loaded on ``(2, 2)`` (TP+FSDP) and on ``(2,)``;
   the continuous run on the new mesh re-associates the sums of the steps before the stop

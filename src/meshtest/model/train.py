@@ -148,9 +148,9 @@ class TrainCase(_Case):
     :param phases: later :class:`Phase` s: the case's own fields describe phase 1, which trains
         ``steps`` steps and saves a checkpoint (DCP: model and optimizer; the scheduler, each
         rank's RNG and the data position beside it); each later phase runs in a launch of its
-        own, loads the checkpoint the phase before saved, trains on and saves in turn. Each phase
-        is compared with the single-device baseline trained continuously to the same step
-        (``compare``) and, from phase 2, with the continuous run of its own parallel
+        own, loads the checkpoint the phase before saved, trains on and, unless it is the last,
+        saves. Each phase is compared with the single-device baseline trained continuously to the
+        same step (``compare``) and, from phase 2, with the continuous run of its own parallel
         configuration (:attr:`Phase.continuity`). A failure names the phase and the global step.
     :param restore: what a resume restores (a subset of :data:`RESTORABLE`); a test fixture drops
         one to prove the phase cases catch it.
@@ -241,7 +241,9 @@ class TrainCase(_Case):
             raise CaseDeclarationError(file, name, "stability", "a long run has no phases")
         restore = tuple(self.restore) if isinstance(self.restore, (tuple, list)) else self.restore
         if not isinstance(restore, tuple) or any(r not in RESTORABLE for r in restore):
-            raise CaseDeclarationError(file, name, "train", f"restore must be a tuple of {RESTORABLE}; got {restore!r}")
+            raise CaseDeclarationError(file, name, "restore",
+                                       f"restore must be a tuple of names from {RESTORABLE} (what a resume "
+                                       f"restores); got {restore!r}")
         return dataclasses.replace(
             self, phases=phases, restore=restore,
             mesh_shape=mesh_shape, mesh_dim_names=names, tags=rules.check_tags(file, name, self.tags),

@@ -165,7 +165,7 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
         phase = None if sc.phase is None else PhaseRun(sc.phase, len(sc.phase_meshes),
                                                        os.path.join(plan.cases_dir, case.name))
         files = CaseFiles(os.path.join(plan.cases_dir, case.name),
-                          os.path.join(os.path.dirname(sc.file), "golden", f"{case.name}.json"))
+                          os.path.join(os.path.dirname(sc.file), "golden", f"{case.name}.json"), sc.file)
         result = pipeline.run(case, backend, mesh, lambda step: out.emit(StepEntered(case.name, step)), phase, files)
         changes = state_changes(before, backend.global_state())
         if changes:

@@ -52,10 +52,12 @@ class CaseFiles:
     :ivar case_dir: the case's directory (``<cases_dir>/<case name>``): ``losses_rank<r>.json``
         (every run), ``curve_rank<r>.json`` (long runs), ``checkpoints/`` (phases).
     :ivar golden: the case's stored golden curve, ``<case file's dir>/golden/<case name>.json``.
+    :ivar source: the case file (named in the command that regenerates its golden curve).
     """
 
     case_dir: str
     golden: str
+    source: str = ""
 
 
 #: Layers whose training cases have a golden loss curve in the repository (seed 001 §4.5:
@@ -91,7 +93,7 @@ def run_train(case: TrainCase, backend: ShardBackend, mesh: Any, on_step: OnStep
         compare_runs(case, base, par)
         if files is not None and case.layer in GOLDEN_LAYERS:
             steps.enter("golden")
-            check_golden(case, par, files.golden, backend.build_info(), notes)
+            check_golden(case, par, files.golden, backend.build_info(), notes, source=files.source)
     except (Exception, SystemExit) as e:  # a case's own error must not stop the others
         return _from_exception(e, steps.current, backend, None, None, tuple(notes))
     return _completed(steps.current, None, None, tuple(notes))
@@ -111,7 +113,7 @@ def _write(directory: str, name: str, doc: Dict[str, Any]) -> None:
 
 
 def check_golden(case: TrainCase, par: List[TrainSnapshot], path: str, build: Dict[str, str], notes: List[str],
-                 start: int = 0) -> None:
+                 start: int = 0, source: str = "") -> None:
     """Compare the parallel run's loss trajectory with the stored golden curve at ``path``
     (``par`` is global steps ``start`` .. ``start + len(par) - 1`` of it: one phase's steps; the
     curve has every step of the case, all phases).
@@ -123,10 +125,11 @@ def check_golden(case: TrainCase, par: List[TrainSnapshot], path: str, build: Di
     golden file is a note (``src/tests/test_golden.py`` requires one per layer-2/3 case).
 
     :raises CompareError: at the first step whose loss differs, naming both values and builds,
-        and the command that regenerates the curves.
+        and the command that regenerates the curves of ``source`` (the case file).
     """
     if not os.path.exists(path):
-        notes.append(f"no golden curve at {path} (python3 tools/golden_curves.py --write records one)")
+        notes.append(f"no golden curve at {path} (python3 tools/golden_curves.py --write {source} records one)"
+                     .replace("  ", " "))
         return
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
@@ -134,7 +137,7 @@ def check_golden(case: TrainCase, par: List[TrainSnapshot], path: str, build: Di
     if all(v is None for v in mine):  # a pipeline stage before the last computes no loss
         return
     stored = doc.get("losses")
-    fix = "; if the change is expected, regenerate: python3 tools/golden_curves.py --write"
+    fix = f"; if the change is expected, regenerate: python3 tools/golden_curves.py --write {source}".rstrip()
     total = case.phase_start(len(case.phases) + 1) + (case.phases[-1].steps if case.phases else case.steps)
     if isinstance(stored, list) and len(stored) == total:
         stored = stored[start:start + len(mine)]
@@ -240,7 +243,7 @@ def run_phase(case: TrainCase, backend: ShardBackend, mesh: Any, phase: PhaseRun
                    {"case": case.name, "build": backend.build_info(), "start": start, "losses": _losses(run)})
             if case.layer in GOLDEN_LAYERS:
                 steps.enter(f"phase{phase.phase} golden")
-                check_golden(case, run, files.golden, backend.build_info(), notes, start=start)
+                check_golden(case, run, files.golden, backend.build_info(), notes, start=start, source=files.source)
     except (Exception, SystemExit) as e:  # a case's own error must not stop the others
         return _from_exception(e, steps.current, backend, None, None, tuple(notes))
     return _completed(steps.current, None, None, tuple(notes))
