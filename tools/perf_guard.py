@@ -78,11 +78,12 @@ def compare(now: Dict[str, dict], base: Optional[dict]) -> List[str]:
     """The table's lines; a regressed case's line starts with ``REGRESSION``."""
     thresholds = {**DEFAULT_THRESHOLDS, **((base or {}).get("thresholds", {}))}
     cases = (base or {}).get("cases", {})
-    lines = [f"{'case':24} {'ranks':>5} {'steps/s':>9} {'baseline':>9} {'ratio':>6} {'RSS MiB':>8} {'baseline':>9}"]
+    w = max([len(n) for n in now] + [24])
+    lines = [f"{'case':{w}} {'ranks':>5} {'steps/s':>9} {'baseline':>9} {'ratio':>6} {'RSS MiB':>8} {'baseline':>9}"]
     for name, fig in sorted(now.items()):
         ref = cases.get(name)
         if ref is None:
-            lines.append(f"{name:24} {fig['ranks']:>5} {fig['steps_per_s']:>9.1f} {'-':>9} {'-':>6} "
+            lines.append(f"{name:{w}} {fig['ranks']:>5} {fig['steps_per_s']:>9.1f} {'-':>9} {'-':>6} "
                          f"{fig['peak_rss_mib']:>8.1f} {'-':>9}  (no baseline)")
             continue
         ratio = fig["steps_per_s"] / ref["steps_per_s"]
@@ -90,7 +91,7 @@ def compare(now: Dict[str, dict], base: Optional[dict]) -> List[str]:
         fat = fig["peak_rss_mib"] > ref["peak_rss_mib"] * (1 + thresholds["rss_growth"])
         flag = "REGRESSION " if slow or fat else ""
         why = ", ".join(w for w, bad in (("throughput", slow), ("peak RSS", fat)) if bad)
-        lines.append(f"{flag}{name:24} {fig['ranks']:>5} {fig['steps_per_s']:>9.1f} {ref['steps_per_s']:>9.1f} "
+        lines.append(f"{flag}{name:{w}} {fig['ranks']:>5} {fig['steps_per_s']:>9.1f} {ref['steps_per_s']:>9.1f} "
                      f"{ratio:>6.2f} {fig['peak_rss_mib']:>8.1f} {ref['peak_rss_mib']:>9.1f}"
                      + (f"  ({why})" if why else ""))
     missing = sorted(set(cases) - set(now))
