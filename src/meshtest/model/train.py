@@ -231,14 +231,7 @@ class TrainCase(_Case):
             raise CaseDeclarationError(file, name, "compare", "compare must be TrainCompare(loss=..., grads=..., ...)")
         _check_timeout(file, name, self.timeout_s)
         phases = self._validated_phases(file, name, mesh_shape)
-        stab = self.stability
-        if stab is not None and (not isinstance(stab, Stability) or not isinstance(stab.warmup, int)
-                                 or not 0 < stab.warmup < self.steps or not stab.rss_growth_mb > 0):
-            raise CaseDeclarationError(file, name, "stability",
-                                       f"stability must be Stability(warmup=w, rss_growth_mb=m) with 0 < w < steps "
-                                       f"({self.steps}) and m > 0; got {stab!r}")
-        if stab is not None and phases:
-            raise CaseDeclarationError(file, name, "stability", "a long run has no phases")
+        self._check_stability(file, name, phases)
         restore = tuple(self.restore) if isinstance(self.restore, (tuple, list)) else self.restore
         if not isinstance(restore, tuple) or any(r not in RESTORABLE for r in restore):
             raise CaseDeclarationError(file, name, "restore",
@@ -253,6 +246,20 @@ class TrainCase(_Case):
             known_failure=rules.check_reason(file, name, "known_failure", self.known_failure),
             divergence=rules.check_reason(file, name, "divergence", self.divergence),
             solo_launcher=rules.check_flag(file, name, "solo_launcher", self.solo_launcher))
+
+    def _check_stability(self, file: str, name: str, phases: Tuple[Phase, ...]) -> None:
+        """Rule ``stability``: ``Stability(warmup=w, rss_growth_mb=m)`` with ``0 < w < steps`` and
+        ``m > 0``, and no phases."""
+        stab = self.stability
+        if stab is None:
+            return
+        if (not isinstance(stab, Stability) or not isinstance(stab.warmup, int) or not 0 < stab.warmup < self.steps
+                or not stab.rss_growth_mb > 0):
+            raise CaseDeclarationError(file, name, "stability",
+                                       f"stability must be Stability(warmup=w, rss_growth_mb=m) with 0 < w < steps "
+                                       f"({self.steps}) and m > 0; got {stab!r}")
+        if phases:
+            raise CaseDeclarationError(file, name, "stability", "a long run has no phases")
 
     def _validated_phases(self, file: str, name: str, mesh_shape: Tuple[int, ...]) -> Tuple[Phase, ...]:
         """Rule ``phase``: each later phase is a :class:`Phase` with ``steps >= 1``, a valid mesh,

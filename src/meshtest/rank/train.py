@@ -239,14 +239,20 @@ def run_phase(case: TrainCase, backend: ShardBackend, mesh: Any, phase: PhaseRun
                          prefix=f"{label}: resumed run vs the continuous run: ")
         compare_runs(case, base[start:], run, offset=start, prefix=f"{label}: vs the single-device baseline: ")
         if files is not None:
-            _write(files.case_dir, f"losses_rank{backend.rank()}.phase{phase.phase}.json",
-                   {"case": case.name, "build": backend.build_info(), "start": start, "losses": _losses(run)})
-            if case.layer in GOLDEN_LAYERS:
-                steps.enter(f"phase{phase.phase} golden")
-                check_golden(case, run, files.golden, backend.build_info(), notes, start=start, source=files.source)
+            _record_phase(case, backend, run, files, phase.phase, start, steps, notes)
     except (Exception, SystemExit) as e:  # a case's own error must not stop the others
         return _from_exception(e, steps.current, backend, None, None, tuple(notes))
     return _completed(steps.current, None, None, tuple(notes))
+
+
+def _record_phase(case: TrainCase, backend: ShardBackend, run: List[TrainSnapshot], files: CaseFiles, phase: int,
+                  start: int, steps: _Steps, notes: List[str]) -> None:
+    """A phase's losses to ``losses_rank<r>.phase<i>.json``; a layer-2/3 case's golden check."""
+    _write(files.case_dir, f"losses_rank{backend.rank()}.phase{phase}.json",
+           {"case": case.name, "build": backend.build_info(), "start": start, "losses": _losses(run)})
+    if case.layer in GOLDEN_LAYERS:
+        steps.enter(f"phase{phase} golden")
+        check_golden(case, run, files.golden, backend.build_info(), notes, start=start, source=files.source)
 
 
 def compare_runs(case: TrainCase, base: List[TrainSnapshot], par: List[TrainSnapshot], offset: int = 0,
