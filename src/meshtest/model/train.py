@@ -305,6 +305,10 @@ class TrainCase(_Case):
         return dataclasses.replace(self, mesh_shape=p.mesh_shape, mesh_dim_names=p.mesh_dim_names,
                                    parallelize=p.parallelize, batch_split=p.batch_split, steps=p.steps)
 
+    def total_steps(self) -> int:
+        """Steps of the whole trajectory: ``steps`` plus every later phase's."""
+        return self.steps + sum(p.steps for p in self.phases)
+
     def phase_start(self, phase: int) -> int:
         """Global index of phase ``phase``'s first step: the steps of the phases before it."""
         return self.steps + sum(p.steps for p in self.phases[: phase - 2]) if phase > 1 else 0

@@ -210,7 +210,7 @@ def _launch_env(device_kind: str, slot_ids: Sequence[int]) -> Dict[str, str]:
 
 def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: float, out_dir: str,
            lease: SlotLease, fail_fast: bool = False, collective_checks: bool = False,
-           master_port: Optional[int] = None, header: str = "", cases_dir: str = "",
+           cases_dir: str, master_port: Optional[int] = None, header: str = "",
            on_poll: Optional[Callable[[RankWatcher], None]] = None) -> LaunchResult:
     """Run ``group`` as one launch on the first ``world_size`` slots of ``lease``, watching it.
 
@@ -221,8 +221,7 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
     :param collective_checks: the ranks turn on the platform's collective fingerprint checks.
     :param master_port: rendezvous port (``None``: the launcher picks a free one).
     :param header: a line written at the top of ``launcher.log`` (e.g. why this is a retry).
-    :param cases_dir: :attr:`meshtest.contract.LaunchPlan.cases_dir` (default: ``cases/`` beside
-        the launch directory's parent, i.e. ``<artifacts>/cases`` for ``<artifacts>/ranks/<group>``).
+    :param cases_dir: :attr:`meshtest.contract.LaunchPlan.cases_dir` (the run's ``<artifacts>/cases``).
     :param on_poll: called with the :class:`RankWatcher` after each poll (progress reporting).
     """
     if os.path.isdir(out_dir) and os.listdir(out_dir):
@@ -235,9 +234,7 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
     LaunchPlan(group_id=group.group_id, platform=platform, device_kind=device_kind, mesh_shape=group.mesh_shape,
                mesh_dim_names=group.mesh_dim_names, out_dir=os.path.abspath(out_dir), case_timeout_s=case_timeout_s,
                cases=group.cases, slots=slot_ids, fail_fast=fail_fast,
-               collective_checks=collective_checks,
-               cases_dir=os.path.abspath(cases_dir or os.path.join(os.path.dirname(os.path.dirname(out_dir)), "cases")),
-               ).write(plan_path)
+               collective_checks=collective_checks, cases_dir=os.path.abspath(cases_dir)).write(plan_path)
     cmd, extra_env = launch_command(backend_info(platform).launcher, group.world_size, ["--plan", plan_path],
                                     master_port=master_port)
     t0 = time.monotonic()

@@ -143,6 +143,7 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
         launches += 1
         res = launch(replace(group, cases=tuple(remaining)), platform=opts.platform, device_kind=opts.device_kind,
                      case_timeout_s=opts.case_timeout_s, out_dir=sub_dir, lease=lease, fail_fast=opts.fail_fast,
+                     cases_dir=cases_dir(opts),
                      collective_checks=opts.collective_checks == "on", master_port=port, header=header,
                      on_poll=_poller(on_progress, len(found)))
         decision = relaunch.decide([c.name for c in remaining], _facts(res, group), clashes)
@@ -178,6 +179,7 @@ def _diagnose(decided: List[CaseOutcome], case_name: str, group: Group, opts: Ru
     lease.pool.audit("launch", lease.target, lease.slots[: group.world_size], group.world_size)
     res = launch(replace(group, cases=(case,)), platform=opts.platform, device_kind=opts.device_kind,
                  case_timeout_s=opts.case_timeout_s, out_dir=out_dir, lease=lease, collective_checks=True,
+                 cases_dir=cases_dir(opts),
                  header=f"diagnosis of {case_name}: re-run alone with collective checks")
     records = res.records.get(case_name, {})
     seen: Dict[str, List[str]] = {}
@@ -189,6 +191,11 @@ def _diagnose(decided: List[CaseOutcome], case_name: str, group: Group, opts: Ru
                      "did not finish again")
     text = f"re-run alone with collective checks ({os.path.basename(out_dir)}): " + "; ".join(lines)
     return [replace(o, diagnosis=text) if o.case == case_name else o for o in decided]
+
+
+def cases_dir(opts: RunOptions) -> str:
+    """``<artifacts>/cases``: files a case keeps across its launches (phases' checkpoints, losses, curves)."""
+    return os.path.join(opts.artifacts_dir, "cases")
 
 
 def _first_line(text: str) -> str:

@@ -127,9 +127,9 @@ def check_golden(case: TrainCase, par: List[TrainSnapshot], path: str, build: Di
     :raises CompareError: at the first step whose loss differs, naming both values and builds,
         and the command that regenerates the curves of ``source`` (the case file).
     """
+    regenerate = " ".join(["python3 tools/golden_curves.py --write", source]).rstrip()
     if not os.path.exists(path):
-        notes.append(f"no golden curve at {path} (python3 tools/golden_curves.py --write {source} records one)"
-                     .replace("  ", " "))
+        notes.append(f"no golden curve at {path} ({regenerate} records one)")
         return
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
@@ -137,8 +137,8 @@ def check_golden(case: TrainCase, par: List[TrainSnapshot], path: str, build: Di
     if all(v is None for v in mine):  # a pipeline stage before the last computes no loss
         return
     stored = doc.get("losses")
-    fix = f"; if the change is expected, regenerate: python3 tools/golden_curves.py --write {source}".rstrip()
-    total = case.phase_start(len(case.phases) + 1) + (case.phases[-1].steps if case.phases else case.steps)
+    fix = f"; if the change is expected, regenerate: {regenerate}"
+    total = case.total_steps()
     if isinstance(stored, list) and len(stored) == total:
         stored = stored[start:start + len(mine)]
     else:
