@@ -76,6 +76,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="the platform's collective fingerprint checks: on in every launch; auto (default): a case "
                         "that timed out or broke the process group is re-run alone with them to name the collective "
                         "each rank entered; off")
+    r.add_argument("--lane", choices=("ranks", "local"), default="",
+                   help="ranks: one process per rank (torchrun); local: every rank of each case simulated in one "
+                        "process (torch's LocalTensorMode; op cases and layer-0 scenarios). Default: local when "
+                        "--tag=cpu_local selects the run, else ranks")
+    r.add_argument("--local-processes", type=int, default=0,
+                   help="local lane: processes at once (default: one per CPU core, at most --slots)")
     r.add_argument("--target", default="", help="label of the requester in the slot audit log (a Pants address)")
     s = sub.add_parser("scan", help="print the static scan of case files as JSON")
     s.add_argument("files", nargs="+")
@@ -200,7 +206,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                       file_patterns=tuple((f, tuple(n)) for f, n in names.items()), case_timeout_s=args.case_timeout,
                       slots=args.slots, slot_dir=args.slot_dir, device_need=args.device_need, target=args.target,
                       fail_fast=gate_is_fail_fast(args.tags) if args.fail_fast is None else args.fail_fast,
-                      collective_checks=args.collective_checks)
+                      collective_checks=args.collective_checks, lane=args.lane,
+                      local_processes=args.local_processes)
     try:
         result = run(files, opts)
     except (SelectionError, SlotRequestError) as e:

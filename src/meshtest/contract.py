@@ -36,7 +36,7 @@ from .model.scan import ScannedCase
 from .status import Status
 
 #: Version of the launch plan format. Bump it whenever a contract type changes shape.
-PLAN_VERSION = 4
+PLAN_VERSION = 5
 
 #: Default deadline of one case, in seconds. A launch's process-group timeout is half the
 #: longest deadline among its cases.
@@ -133,6 +133,9 @@ class LaunchPlan:
     :ivar cases: the cases to run, in order (identical on every rank).
     :ivar cases_dir: absolute directory under which a case keeps files across launches
         (``<cases_dir>/<case name>/``: the checkpoints of a phased training case).
+    :ivar lane: ``"ranks"`` (one process per rank) or ``"local"``: one process simulates every
+        rank of each case's own mesh (``mesh_shape`` is then ``(1,)``), switching its simulated
+        world between cases, and records each case once per simulated rank in ``rank0.jsonl``.
     """
 
     group_id: str
@@ -147,6 +150,7 @@ class LaunchPlan:
     fail_fast: bool = False
     collective_checks: bool = False
     cases_dir: str = ""
+    lane: str = "ranks"
     version: int = PLAN_VERSION
 
     def to_json(self) -> Dict[str, Any]:

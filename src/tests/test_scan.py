@@ -23,7 +23,8 @@ def test_reads_literals_and_module_constants():
     assert b.solo_launcher and b.world_size == 8
     assert c.needs_mesh and c.tags == ("npu_level0",)
     assert scan.device_need == 8
-    assert scan.target_tags() == ("cpu_level0", "cpu_level1", "mesh:2", "mesh:4", "mesh:8", "npu_level0", "npu_level1")
+    assert scan.target_tags() == ("cpu_level0", "cpu_level1", "cpu_local", "mesh:2", "mesh:4", "mesh:8", "npu_level0",
+                                  "npu_level1")
 
 
 def test_a_case_without_a_gate_tag_is_a_scan_error():

@@ -312,11 +312,46 @@ def check_spec_id(file: str, case: str, spec_id: Any) -> Optional[str]:
     return spec_id
 
 
+#: The one-process lane's tag: on the build target and the cases of every ``cpu_level0`` case
+#: the lane can run (:func:`runs_locally`); ``--tag=cpu_local`` selects them and runs them with
+#: every rank simulated in one process (:mod:`meshtest.platforms.torch_local`).
+LOCAL_LANE_TAG = "cpu_local"
+#: The gate whose cases the one-process lane takes.
+LOCAL_LANE_GATE = "cpu_level0"
+
+
+def runs_locally(kind: str, layer: Optional[int], phased: bool, simulation_limit: Optional[str]) -> bool:
+    """Whether the one-process lane can run a case: an op case without a declared
+    ``simulation_limit``, or a layer-0 scenario (seed 001 §4.1: logic checked with no
+    collective). Scenarios of other layers and training cases need real ranks (process groups
+    of their own, checkpoints, hooks on collectives); phased cases need a real stop."""
+    if phased or simulation_limit is not None:
+        return False
+    return kind == "op" or (kind == "scenario" and layer == 0)
+
+
+def lane_of(tag_filters: Sequence[str]) -> str:
+    """The lane a ``--tag`` selection asks for: ``"local"`` when some positive clause names only
+    the one-process lane's tag (``--tag=cpu_local``), else ``"ranks"``."""
+    for clause in tag_filters:
+        if clause.startswith("-"):
+            continue
+        tags = [t for t in clause.lstrip("+").split(",") if t]
+        if tags and all(t == LOCAL_LANE_TAG for t in tags):
+            return "local"
+    return "ranks"
+
+
 def check_reason(file: str, case: str, field: str, value: Any) -> Optional[str]:
     """Rule ``reason``: ``None`` or a non-empty text (``known_failure``, ``divergence``)."""
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise CaseDeclarationError(file, case, "reason", f"{field} must be a non-empty reason string; got {value!r}")
     return value
+
+
+def normalised_dim_names(ndim: int) -> Tuple[str, ...]:
+    """Axis names given to a mesh whose cases use names only as labels: ``("d0", "d1", ...)``."""
+    return tuple(f"d{i}" for i in range(ndim))
 
 
 def world_size(mesh_shape: Sequence[int]) -> int:

@@ -60,6 +60,8 @@ class ScannedCase:
     #: set by the planner on the copy of a phased case that one launch runs (1-based); that copy's
     #: ``mesh_shape`` and ``mesh_dim_names`` are the phase's
     phase: Optional[int] = None
+    #: why the one-process lane cannot run the case (``OpShardCase(simulation_limit=...)``)
+    simulation_limit: Optional[str] = None
 
     @property
     def world_size(self) -> int:
@@ -74,10 +76,22 @@ class ScannedCase:
     def filter_tags(self) -> Tuple[str, ...]:
         """The tags ``--tag`` filters see, on its build target and on the case itself: its gate
         tags, ``mesh:<world size>`` (of every phase), ``cap:<domain>`` for each capability,
-        ``layer:<n>``."""
+        ``layer:<n>``, and :data:`meshtest.model.rules.LOCAL_LANE_TAG` (``cpu_local``) on a
+        ``cpu_level0`` case the one-process lane runs."""
         sizes = sorted({self.world_size} | {rules.world_size(shape) for shape, _ in self.phase_meshes})
         return (tuple(self.tags) + tuple(f"mesh:{n}" for n in sizes) + tuple(f"cap:{c}" for c in self.capabilities)
-                + ((f"layer:{self.layer}",) if self.layer is not None else ()))
+                + ((f"layer:{self.layer}",) if self.layer is not None else ())
+                + ((rules.LOCAL_LANE_TAG,) if self.local_lane else ()))
+
+    @property
+    def runs_locally(self) -> bool:
+        """Whether the one-process lane can run the case (:func:`meshtest.model.rules.runs_locally`)."""
+        return rules.runs_locally(self.kind, self.layer, bool(self.phase_meshes), self.simulation_limit)
+
+    @property
+    def local_lane(self) -> bool:
+        """Whether ``--tag=cpu_local`` selects the case: it runs locally and is ``cpu_level0``."""
+        return self.runs_locally and rules.LOCAL_LANE_GATE in self.tags
 
     def to_json(self) -> dict:
         """JSON-able dict (tuples as lists); inverse of :meth:`from_json`."""
@@ -107,6 +121,7 @@ class ScannedCase:
             phase_meshes=tuple((tuple(shape), None if names is None else tuple(names))
                                for shape, names in d.get("phase_meshes", ())),
             phase=d.get("phase"),
+            simulation_limit=d.get("simulation_limit"),
         )
 
 
@@ -333,6 +348,7 @@ def _scanned(path: str, name: str, mesh_shape: Tuple[int, ...], values: Dict[str
         spec_id=rules.check_spec_id(path, name, values.get("spec_id")),
         capabilities=rules.check_capabilities(path, name, values.get("capabilities", ())),
         layer=rules.check_layer(path, name, values.get("layer")),
+        simulation_limit=rules.check_reason(path, name, "simulation_limit", values.get("simulation_limit")),
     )
 
 

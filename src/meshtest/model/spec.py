@@ -276,6 +276,10 @@ class OpShardCase(_Case):
         several (others are ignored); ``None`` compares all. Range is checked at run time.
     :param needs_mesh: see ``mesh_dim_names``.
     :param solo_launcher: run this case in a launch of its own.
+    :param simulation_limit: why the one-process lane (``--tag=cpu_local``,
+        :mod:`meshtest.platforms.torch_local`) cannot give this case the real lane's verdict (a
+        known limit of torch's rank simulation, as measured by ``tools/lane_diff.py``): the
+        case then runs on real ranks only and is not tagged ``cpu_local``.
     :param known_failure: reason the platform is known to get this case wrong (an upstream bug,
         with its reference). The case still runs; failing is reported ``xfail``, passing is
         reported ``xpass`` and fails the run so the mark gets removed.
@@ -319,6 +323,7 @@ class OpShardCase(_Case):
     output_placements: Optional[Tuple[Optional[tuple], ...]] = None
     grad_placements: Optional[Tuple[Optional[tuple], ...]] = None
     expect_raises: Optional[Any] = None
+    simulation_limit: Optional[str] = None
 
     #: op cases declare no platform features, test-plan ID or training capability (the schema's
     #: fixed values)
@@ -393,6 +398,7 @@ class OpShardCase(_Case):
             output_placements=out_pl,
             grad_placements=grad_pl,
             expect_raises=check_expect_raises(file, name, self.expect_raises),
+            simulation_limit=rules.check_reason(file, name, "simulation_limit", self.simulation_limit),
         )
 
     def input_seed(self, index: int) -> int:
@@ -454,6 +460,8 @@ class ScenarioCase(_Case):
 
     #: scenarios always get the real mesh (and keep their axis names when planned)
     needs_mesh = True
+    #: a scenario runs in the one-process lane only at layer 0 (:func:`meshtest.model.rules.runs_locally`)
+    simulation_limit = None
 
     def validated(self, file: str) -> "ScenarioCase":
         """Check every declaration rule; return a normalised copy.

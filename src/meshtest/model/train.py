@@ -195,6 +195,7 @@ class TrainCase(_Case):
 
     #: training cases parallelize on the real mesh (axis names kept when planned)
     needs_mesh = True
+    simulation_limit = None
 
     def seed(self) -> int:
         """The seed of model building: ``crc32(f"{name}:model")``, the same for both runs."""

@@ -47,7 +47,7 @@ RANK_ENTRY = "meshtest.rank.entry"
 
 
 def launch_command(kind: str, nproc: int, entry_args: Sequence[str], python: str = sys.executable,
-                   master_port: Optional[int] = None) -> Tuple[List[str], Dict[str, str]]:
+                   master_port: Optional[int] = None, lane: str = "ranks") -> Tuple[List[str], Dict[str, str]]:
     """Command line (and the environment it adds) that starts ``nproc`` ranks of
     :data:`RANK_ENTRY` with ``entry_args``.
 
@@ -57,7 +57,8 @@ def launch_command(kind: str, nproc: int, entry_args: Sequence[str], python: str
     rendezvous on ``127.0.0.1:master_port``, where a port already in use fails the launch with
     ``EADDRINUSE`` and the runner retries on another port. One rank needs no launcher: the
     runner starts it itself with torchrun's environment (``RANK=0``, ``WORLD_SIZE=1``,
-    ``MASTER_ADDR``/``MASTER_PORT``), saving torchrun's agent.
+    ``MASTER_ADDR``/``MASTER_PORT``), saving torchrun's agent. The ``local`` lane is one process
+    as well (it simulates the ranks; no rendezvous).
 
     :param nproc: number of ranks; must equal prod(mesh_shape) of the launch's cases.
     :raises ValueError: unknown ``kind`` or ``nproc < 1``.
@@ -66,6 +67,8 @@ def launch_command(kind: str, nproc: int, entry_args: Sequence[str], python: str
         raise ValueError(f"nproc must be >= 1, got {nproc}")
     if kind != "torchrun":
         raise ValueError(f"unknown launcher kind {kind!r}; known: torchrun")
+    if lane == "local":
+        return [python, "-m", RANK_ENTRY, *entry_args], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
     if nproc == 1:
         env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port or free_port())}
@@ -117,6 +120,7 @@ class LaunchResult:
     stopped_after: Optional[str] = None
 
     def recorded_by_all(self, case: str, world_size: int) -> bool:
+        """Whether ``world_size`` ranks (the case's, :meth:`Group.ranks_of`) recorded ``case``."""
         return len(self.records.get(case, {})) == world_size
 
     def started(self, case: str) -> bool:
@@ -125,11 +129,17 @@ class LaunchResult:
 
 
 class RankWatcher:
-    """Incremental reader of a launch's ``rank<k>.jsonl`` event streams."""
+    """Incremental reader of a launch's ``rank<k>.jsonl`` event streams, one per process.
 
-    def __init__(self, out_dir: str, world_size: int, started: float) -> None:
+    Records are kept by the rank they name (a local-lane process writes one per simulated rank);
+    ``ranks_of`` gives the records that complete a case (default: one per process).
+    """
+
+    def __init__(self, out_dir: str, world_size: int, started: float,
+                 ranks_of: Optional[Callable[[str], int]] = None) -> None:
         self.out_dir = out_dir
         self.world_size = world_size
+        self.ranks_of = ranks_of or (lambda case: world_size)
         self.progress = {r: RankProgress(deadline=started + LAUNCH_OVERHEAD_S) for r in range(world_size)}
         self.records: Dict[str, Dict[int, RankRecord]] = {}
         #: the case after which the ranks agreed to stop (fail-fast gates)
@@ -176,7 +186,7 @@ class RankWatcher:
             prog.done, prog.case = True, None
             prog.deadline = now + LAUNCH_OVERHEAD_S
         elif isinstance(event, RankRecord):
-            self.records.setdefault(event.case, {})[rank] = event
+            self.records.setdefault(event.case, {})[event.rank] = event
             prog.case, prog.step, prog.fence = None, None, None
             prog.deadline = now + LAUNCH_OVERHEAD_S
 
@@ -185,7 +195,7 @@ class RankWatcher:
 
     def cases_done(self) -> int:
         """Cases every rank recorded so far."""
-        return sum(len(by_rank) == self.world_size for by_rank in self.records.values())
+        return sum(len(by_rank) == self.ranks_of(case) for case, by_rank in self.records.items())
 
     def current_case(self) -> str:
         """A case some rank is inside now, or ``""``."""
@@ -212,7 +222,7 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
            lease: SlotLease, fail_fast: bool = False, collective_checks: bool = False,
            cases_dir: str, master_port: Optional[int] = None, header: str = "",
            on_poll: Optional[Callable[[RankWatcher], None]] = None) -> LaunchResult:
-    """Run ``group`` as one launch on the first ``world_size`` slots of ``lease``, watching it.
+    """Run ``group`` as one launch on the first ``group.processes`` slots of ``lease``, watching it.
 
     The lease's lock files are inherited by the launch (``pass_fds``), so its slots stay held as
     long as any of its processes lives. Whatever ends the launch — exit, deadline, Ctrl-C or
@@ -230,15 +240,16 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
         os.rename(out_dir, f"{out_dir}.previous-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
     os.makedirs(out_dir, exist_ok=True)
     plan_path = os.path.abspath(os.path.join(out_dir, "plan.json"))
-    slot_ids = tuple(lease.slots[: group.world_size])
+    slot_ids = tuple(lease.slots[: group.processes])
     LaunchPlan(group_id=group.group_id, platform=platform, device_kind=device_kind, mesh_shape=group.mesh_shape,
                mesh_dim_names=group.mesh_dim_names, out_dir=os.path.abspath(out_dir), case_timeout_s=case_timeout_s,
                cases=group.cases, slots=slot_ids, fail_fast=fail_fast,
-               collective_checks=collective_checks, cases_dir=os.path.abspath(cases_dir)).write(plan_path)
-    cmd, extra_env = launch_command(backend_info(platform).launcher, group.world_size, ["--plan", plan_path],
-                                    master_port=master_port)
+               collective_checks=collective_checks, cases_dir=os.path.abspath(cases_dir),
+               lane=group.lane).write(plan_path)
+    cmd, extra_env = launch_command(backend_info(platform).launcher, group.processes, ["--plan", plan_path],
+                                    master_port=master_port, lane=group.lane)
     t0 = time.monotonic()
-    watcher = RankWatcher(out_dir, group.world_size, time.time())
+    watcher = RankWatcher(out_dir, group.processes, time.time(), _ranks_by_case(group))
     timed_out = False
     with open(os.path.join(out_dir, "launcher.log"), "w", encoding="utf-8") as logf:
         if header:
@@ -269,9 +280,15 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
 
 def salvage(group: Group, out_dir: str) -> Dict[str, Dict[int, RankRecord]]:
     """The records of an interrupted launch's directory (case → rank → record)."""
-    watcher = RankWatcher(out_dir, group.world_size, time.time())
+    watcher = RankWatcher(out_dir, group.processes, time.time(), _ranks_by_case(group))
     watcher.poll()
     return watcher.records
+
+
+def _ranks_by_case(group: Group) -> Callable[[str], int]:
+    ranks = {c.name: group.ranks_of(c) for c in group.cases}
+    default = group.world_size
+    return lambda case: ranks.get(case, default)
 
 
 _ADDR_IN_USE = re.compile(r"EADDRINUSE|[Aa]ddress already in use")

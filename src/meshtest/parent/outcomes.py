@@ -77,8 +77,10 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
     by_rank = res.records.get(case.name, {})
     exits = rank_exit_codes(os.path.join(res.out_dir, "launcher.log"))
     failures = []
-    for rank in range(group.world_size):
-        rec, prog = by_rank.get(rank), res.progress.get(rank)
+    for rank in range(group.ranks_of(case)):
+        # a local-lane launch is one process (stream and log 0) simulating every rank
+        proc = 0 if group.lane == "local" else rank
+        rec, prog = by_rank.get(rank), res.progress.get(proc)
         if rec is not None:
             if rec.status is not Status.PASS:
                 failures.append(RankFailure(rank, rec.status, rec.step, rec.error))
@@ -88,9 +90,9 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
                     "a collective one rank skipped, added or reordered leaves the others blocked")))
             continue
         step = prog.step if prog is not None and prog.case == case.name else "not started"
-        log_tail = tail(os.path.join(res.out_dir, f"rank{rank}.log"), 12)
+        log_tail = tail(os.path.join(res.out_dir, f"rank{proc}.log"), 12)
         failures.append(RankFailure(rank, status, step or "?", (
-            f"{_why_missing(rank, res, exits)}\n-- last lines of rank{rank}.log:\n{log_tail}"
+            f"{_why_missing(proc, res, exits)}\n-- last lines of rank{proc}.log:\n{log_tail}"
             f"-- last lines of launcher.log:\n{tail(os.path.join(res.out_dir, 'launcher.log'))}")))
     slowest = max((r.duration_s for r in by_rank.values()), default=0.0)
     # the rank that died first: its own last words matter, not its peers' "connection reset".
@@ -100,13 +102,14 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
     first = root_cause_rank(os.path.join(res.out_dir, "launcher.log"))
     failures.sort(key=lambda f: (f.rank not in died, f.rank != first,
                                  f.status not in (Status.CRASH, Status.TIMEOUT), f.rank))
-    return CaseOutcome(case.name, case.file, group.group_id, group.world_size, status, slowest, None, tuple(failures),
+    return CaseOutcome(case.name, case.file, group.group_id, group.ranks_of(case), status, slowest, None,
+                       tuple(failures),
                        launch_dir=os.path.basename(res.out_dir))
 
 
 def not_run(cases: Sequence[ScannedCase], group: Group, reason: str) -> List[CaseOutcome]:
     """Outcomes for cases a fail-fast run did not start."""
-    return [CaseOutcome(c.name, c.file, group.group_id, group.world_size, Status.NOT_RUN,
+    return [CaseOutcome(c.name, c.file, group.group_id, group.ranks_of(c), Status.NOT_RUN,
                         failures=(RankFailure(None, Status.NOT_RUN, "-", reason),)) for c in cases]
 
 

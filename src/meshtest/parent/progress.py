@@ -1,7 +1,9 @@
 """Live progress of running targets: cases done / total per target and the launch in flight.
 
 Each run writes ``<slot dir>/progress/<target>.json`` (atomically, on every finished case and
-at most every :data:`INTERVAL_S` seconds otherwise) and prints a progress line to stdout. The
+at most every :data:`INTERVAL_S` seconds otherwise) and prints a progress line to stdout when
+something a reader follows changed: the launches in flight, or another tenth of the cases done
+(never the same line twice, no heartbeat lines; a long case shows in the board file). The
 slot directory is the one the device-slot pool uses, so under Pants (where every target's
 test process shares the named cache ``meshtest_slots``) ``python -m meshtest progress
 --slot-dir ~/.cache/pants/named_caches/meshtest_slots --watch`` shows every target of a
@@ -14,8 +16,10 @@ import os
 import time
 from typing import Callable, List, Optional, TextIO
 
-#: Seconds between progress lines while nothing finishes.
+#: Seconds between rewrites of the board file while nothing finishes.
 INTERVAL_S = 15.0
+#: A progress line is printed each time another ``1/STEPS`` of the cases is done.
+STEPS = 10
 
 
 class ProgressBoard:
@@ -35,21 +39,28 @@ class ProgressBoard:
         self.started = clock()
         self.done = 0
         self.group = ""
-        self._last_line = 0.0
+        self._last_write = 0.0
+        self._printed: Optional[tuple] = None
         self._write(finished=False, current="")
 
     def update(self, done: int, group: str, current: str = "") -> None:
-        """Record progress; prints a line when ``done`` changed or :data:`INTERVAL_S` passed."""
+        """Record progress (``group``: the launches in flight); rewrites the board file when
+        ``done`` or ``group`` changed or :data:`INTERVAL_S` passed, and prints a line when
+        ``group`` changed or ``done`` entered another of :data:`STEPS` equal parts of the total."""
         now = self.clock()
-        if done == self.done and group == self.group and now - self._last_line < INTERVAL_S:
+        changed = (done, group) != (self.done, self.group)
+        if not changed and now - self._last_write < INTERVAL_S:
             return
         self.done, self.group = done, group
-        self._last_line = now
+        self._last_write = now
         self._write(finished=False, current=current)
-        if self.stream is not None:
-            self.stream.write(f"progress {self.target}: {done}/{self.total} case(s) done, launch {group}"
-                              + (f", running {current}" if current else "") + f" ({now - self.started:.0f}s)\n")
-            self.stream.flush()
+        step = done * STEPS // max(self.total, 1)
+        if self.stream is None or self._printed == (group, step):
+            return
+        self._printed = (group, step)
+        self.stream.write(f"progress {self.target}: {done}/{self.total} case(s) done, launch {group or '-'}"
+                          + (f", running {current}" if current else "") + f" ({now - self.started:.0f}s)\n")
+        self.stream.flush()
 
     def finish(self, done: int) -> None:
         self.done = done

@@ -17,13 +17,16 @@ Artifacts, under ``artifacts_dir``::
 from __future__ import annotations
 
 import os
+import queue
 import sys
+import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..contract import DEFAULT_CASE_TIMEOUT_S, CaseOutcome
 from ..errors import SelectionError
+from ..model.rules import LOCAL_LANE_TAG
 from ..model.scan import FileScan, ScannedCase, scan_case_file
 from ..platforms.backend import backend_info
 from ..report import reporter
@@ -33,7 +36,7 @@ from ..report.results import write_results
 from ..status import Status
 from . import outcomes, relaunch
 from .launch import LaunchResult, RankWatcher, describe_exit, free_port, launch, rendezvous_clashed, salvage
-from .planner import Group, plan_groups, select_cases
+from .planner import Group, lane_of, plan_groups, plan_local_groups, select_cases
 from .progress import ProgressBoard
 from .slots import DEFAULT_SLOTS, SlotLease, SlotPool, SlotRequestError, default_slot_dir
 
@@ -71,6 +74,11 @@ class RunOptions:
     target: str = ""
     fail_fast: bool = False
     collective_checks: str = "auto"
+    #: ``"ranks"``, ``"local"`` (:data:`meshtest.parent.planner.LANES`), or ``""``: as the tag
+    #: filters say (:func:`meshtest.parent.planner.lane_of`)
+    lane: str = ""
+    #: processes the local lane runs at once (``0``: one per CPU core, at most the pool's slots)
+    local_processes: int = 0
 
 
 #: Values of ``RunOptions.collective_checks`` / ``--collective-checks``.
@@ -82,8 +90,8 @@ class RunResult:
     outcomes: List[CaseOutcome]
     notes: List[str] = field(default_factory=list)
     launches: int = 0
-    #: the group being run and its launch directory, while a launch is in flight
-    in_flight: Optional[Tuple[Group, str]] = None
+    #: the groups being run and their launch directories, by group id, while their launches are in flight
+    in_flight: Dict[str, Tuple[Group, str]] = field(default_factory=dict)
     #: phased cases whose phases so far passed, waiting for their next phase (by case name)
     held: Dict[str, CaseOutcome] = field(default_factory=dict)
 
@@ -139,7 +147,7 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
     header = ""
     while remaining:
         sub_dir = out_dir if attempt == 0 else f"{out_dir}.relaunch{attempt}"
-        lease.pool.audit("launch", lease.target, lease.slots[: group.world_size], group.world_size)
+        lease.pool.audit("launch", lease.target, lease.slots[: group.processes], group.processes)
         launches += 1
         res = launch(replace(group, cases=tuple(remaining)), platform=opts.platform, device_kind=opts.device_kind,
                      case_timeout_s=opts.case_timeout_s, out_dir=sub_dir, lease=lease, fail_fast=opts.fail_fast,
@@ -154,13 +162,14 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
             notes.append(f"{header}; retrying on port {port or 'chosen by torchrun'}")
             continue
         header = ""
-        notes.append(f"launch {os.path.basename(sub_dir)}: {group.world_size} ranks, {len(remaining)} case(s), "
+        ranks = "1 process simulating the ranks" if group.lane == "local" else f"{group.world_size} ranks"
+        notes.append(f"launch {os.path.basename(sub_dir)}: {ranks}, {len(remaining)} case(s), "
                      f"{res.wall_s:.1f}s, {describe_exit(res.rc)}"
                      + (", killed at a deadline" if res.timed_out else ""))
         decided = _decided_outcomes(decision, group, res, remaining)
         suspect = next((o for o in decided if o.case == decision.suspect), None)
-        if opts.collective_checks == "auto" and suspect is not None and suspect.status in (Status.TIMEOUT,
-                                                                                         Status.ERROR):
+        if (opts.collective_checks == "auto" and group.lane == "ranks" and suspect is not None
+                and suspect.status in (Status.TIMEOUT, Status.ERROR)):
             launches += 1
             decided = _diagnose(decided, suspect.case, group, opts, f"{out_dir}.diagnose{attempt}", lease)
         found.extend(decided)
@@ -176,7 +185,7 @@ def _diagnose(decided: List[CaseOutcome], case_name: str, group: Group, opts: Ru
     """Re-run ``case_name`` (it timed out, or broke the group) alone with collective checks on; what
     each rank reports becomes that outcome's ``diagnosis`` (its status stays as it was)."""
     case = next(c for c in group.cases if c.name == case_name)
-    lease.pool.audit("launch", lease.target, lease.slots[: group.world_size], group.world_size)
+    lease.pool.audit("launch", lease.target, lease.slots[: group.processes], group.processes)
     res = launch(replace(group, cases=(case,)), platform=opts.platform, device_kind=opts.device_kind,
                  case_timeout_s=opts.case_timeout_s, out_dir=out_dir, lease=lease, collective_checks=True,
                  cases_dir=cases_dir(opts),
@@ -186,8 +195,8 @@ def _diagnose(decided: List[CaseOutcome], case_name: str, group: Group, opts: Ru
     for r, rec in sorted(records.items()):
         seen.setdefault(f"{rec.status} at step {rec.step}: {_first_line(rec.error)}".rstrip(": "), []).append(str(r))
     lines = [f"rank(s) {','.join(ranks)}: {text}" for text, ranks in seen.items()]
-    if len(records) < group.world_size:
-        lines.append(f"rank(s) {','.join(map(str, sorted(set(range(group.world_size)) - set(records))))} "
+    if len(records) < group.ranks_of(case):
+        lines.append(f"rank(s) {','.join(map(str, sorted(set(range(group.ranks_of(case))) - set(records))))} "
                      "did not finish again")
     text = f"re-run alone with collective checks ({os.path.basename(out_dir)}): " + "; ".join(lines)
     return [replace(o, diagnosis=text) if o.case == case_name else o for o in decided]
@@ -205,7 +214,7 @@ def _first_line(text: str) -> str:
 def _facts(res: LaunchResult, group: Group) -> relaunch.LaunchFacts:
     names = [c.name for c in group.cases]
     return relaunch.LaunchFacts(
-        recorded=frozenset(n for n in names if res.recorded_by_all(n, group.world_size)),
+        recorded=frozenset(c.name for c in group.cases if res.recorded_by_all(c.name, group.ranks_of(c))),
         started=frozenset(n for n in names if res.started(n)), stopped_after=res.stopped_after,
         rendezvous_clash=rendezvous_clashed(res), timed_out=res.timed_out, clean=res.rc == 0,
         exit_text=describe_exit(res.rc), launch_name=os.path.basename(res.out_dir), group_id=group.group_id)
@@ -216,7 +225,7 @@ def _decided_outcomes(decision: relaunch.Decision, group: Group, res: LaunchResu
     """The outcomes a decision reports, in plan order (recorded, interrupted, not run)."""
     by_name = {c.name: c for c in cases}
     launch_dir = os.path.basename(res.out_dir)
-    found = [outcomes.aggregate(n, by_name[n].file, group.group_id, group.world_size, res.records[n],
+    found = [outcomes.aggregate(n, by_name[n].file, group.group_id, group.ranks_of(by_name[n]), res.records[n],
                                 launch_dir=launch_dir) for n in decision.complete]
     found += [outcomes.interrupted(by_name[n], group, res, decision.interrupted_status) for n in decision.interrupted]
     if decision.not_run:
@@ -279,9 +288,16 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     os.makedirs(opts.artifacts_dir, exist_ok=True)
     cases, scan_errors, scan_notes = scan_files(files)
     selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns))
-    groups = plan_groups(selected)
+    lane = opts.lane or lane_of(opts.tag_filters)
+    if lane == "local":
+        if not backend_info(opts.platform).local_target:
+            raise SelectionError(f"platform {opts.platform!r} has no one-process lane (--tag={LOCAL_LANE_TAG})")
+        groups = plan_local_groups(selected, local_processes(opts))
+        need = len(groups)
+    else:
+        groups = plan_groups(selected)
+        need = device_need(groups, opts.device_need)
     result = RunResult(outcomes=list(scan_errors))
-    need = device_need(groups, opts.device_need)
     with open(os.path.join(opts.artifacts_dir, "summary.txt"), "w", encoding="utf-8") as summary:
         def emit(lines: Sequence[str]) -> None:
             reporter.emit(lines, stream, summary)
@@ -309,6 +325,12 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     return result
 
 
+def local_processes(opts: RunOptions) -> int:
+    """Processes the local lane runs at once: ``opts.local_processes``, else one per CPU core
+    (the simulation is CPU-bound), never more than the pool's slots."""
+    return max(1, min(opts.local_processes or os.cpu_count() or 1, opts.slots))
+
+
 def _run_on_slots(groups: Sequence[Group], opts: RunOptions, need: int, label: str, selected: int,
                   result: RunResult, emit, stream) -> None:
     """Hold ``need`` slots of the pool (waiting in line) while the groups run, with a progress board."""
@@ -332,48 +354,161 @@ def _label(files: Sequence[str]) -> str:
 
 
 def _salvage_in_flight(result: RunResult) -> List[CaseOutcome]:
-    """Outcomes of the cases every rank recorded in the interrupted group's first launch."""
-    if result.in_flight is None:
-        return []
-    group, group_dir = result.in_flight
-    records = salvage(group, group_dir)
-    return [outcomes.aggregate(c.name, c.file, group.group_id, group.world_size, records[c.name],
-                               launch_dir=os.path.basename(group_dir))
-            for c in group.cases if len(records.get(c.name, {})) == group.world_size]
+    """Outcomes of the cases every rank recorded in the interrupted groups' first launches."""
+    found = []
+    for group, group_dir in result.in_flight.values():
+        records = salvage(group, group_dir)
+        found += [outcomes.aggregate(c.name, c.file, group.group_id, group.ranks_of(c), records[c.name],
+                                     launch_dir=os.path.basename(group_dir))
+                  for c in group.cases if len(records.get(c.name, {})) == group.ranks_of(c)]
+    return found
+
+
+class LaunchAborted(Exception):
+    """Raised inside a launch's poll loop when the run is interrupted: the launch is killed."""
+
+
+@dataclass
+class _Schedule:
+    """The groups not started yet, the slots free, and what runs on which slots.
+
+    A group starts as soon as its processes fit in the free slots (the largest that fits first,
+    so that a big launch is not kept waiting behind small ones); a later phase of a phased case
+    starts only after the earlier phase finished, and only if it passed (``held``).
+    """
+
+    pending: List[Group]
+    free: List[int]
+    running: Dict[str, Tuple[Group, List[int]]] = field(default_factory=dict)
+
+    def startable(self, held: Mapping[str, CaseOutcome]) -> Optional[Group]:
+        for g in sorted(self.pending, key=lambda g: -g.processes):
+            if g.phase is not None and g.phase[0] > 1:
+                name = g.cases[0].name
+                if self._earlier_phase_open(g):
+                    continue
+                if name not in held:  # an earlier phase did not pass: its outcome is the case's
+                    self.pending.remove(g)
+                    return self.startable(held)
+            if g.processes <= len(self.free):
+                return g
+        return None
+
+    def _earlier_phase_open(self, g: Group) -> bool:
+        name = g.cases[0].name
+        return any(o.phase is not None and o.cases[0].name == name and o.phase[0] < g.phase[0]
+                   for o in self.pending + [og for og, _ in self.running.values()])
+
+    def take(self, g: Group) -> List[int]:
+        self.pending.remove(g)
+        slots, self.free = self.free[:g.processes], self.free[g.processes:]
+        self.running[g.group_id] = (g, slots)
+        return slots
+
+    def give_back(self, group_id: str) -> None:
+        _, slots = self.running.pop(group_id)
+        self.free = sorted(self.free + slots)
 
 
 def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, result: RunResult, emit,
                 board: Optional[ProgressBoard] = None) -> None:
-    """Run the groups in order into ``result``; a fail-fast run stops after a failing group."""
+    """Run the groups into ``result``, each launch on its own slots of ``lease``, as many at once
+    as the lease holds slots for (:class:`_Schedule`); outcomes are reported as each group ends
+    and kept in plan order. A fail-fast run starts no group after a failure (the running ones
+    finish) and reports the rest ``not_run``."""
     scan_errors = len(result.outcomes)  # a broken file fails by itself; it does not stop the others
-    for gi, group in enumerate(groups):
-        failed = [o for o in result.outcomes[scan_errors:] if o.status.failing]
-        if opts.fail_fast and failed:
-            reason = f"not run: fail-fast gate stopped after {failed[0].case} ({failed[0].file}) failed"
-            later = {o.case: o for g in groups[gi:] for o in outcomes.not_run(g.cases, g, reason)}
-            skipped = [o for name, o in later.items() if name not in result.held]
-            result.outcomes.extend(skipped)
-            result.notes.append(f"fail-fast: {len(skipped)} case(s) in {len(groups) - gi} later launch group(s) "
-                                "not run")
-            emit([reporter.format_outcome(o) for o in skipped])
-            return
-        if group.phase is not None and group.phase[0] > 1 and group.cases[0].name not in result.held:
-            continue  # an earlier phase did not pass: its outcome is the case's
-        emit([f"-- launch {group.group_id}: mesh {group.mesh_shape} {group.mesh_dim_names}, "
-              f"{len(group.cases)} case(s), slots {lease.slots[:group.world_size]}"])
-        group_dir = os.path.join(opts.artifacts_dir, "ranks", group.group_id)
-        result.in_flight = (group, group_dir)
-        before = len(result.outcomes) - scan_errors
-        progress = None if board is None else (
-            lambda done, current, g=group.group_id, b=before: board.update(b + done, g, current))
-        group_outcomes, notes, launches = run_group(group, opts, group_dir, lease, progress)
-        result.in_flight = None
-        if group.phase is not None:
-            group_outcomes = outcomes.phase_chain(group, group_outcomes, result.held)
-        result.launches += launches
-        result.outcomes.extend(group_outcomes)
-        result.notes.extend(notes)
-        emit([reporter.format_outcome(o) for o in group_outcomes])
+    order = {g.group_id: i for i, g in enumerate(groups)}
+    sched = _Schedule(list(groups), sorted(lease.slots))
+    ended: "queue.Queue[Tuple[Group, object]]" = queue.Queue()
+    abort = threading.Event()
+    done_by_group: Dict[str, int] = {}
+    lock = threading.Lock()
+    by_group: Dict[str, List[CaseOutcome]] = {}
+
+    def progress(group_id: str, done: int, current: str) -> None:
+        if abort.is_set():
+            raise LaunchAborted()
+        if board is not None:
+            with lock:
+                done_by_group[group_id] = done
+                board.update(sum(done_by_group.values()) + len(result.outcomes) - scan_errors,
+                             ", ".join(sorted(sched.running)), current)
+
+    def work(group: Group, slots: List[int], group_dir: str) -> None:
+        try:
+            sub = SlotLease(lease.pool, lease.target, slots, lease.fds)
+            ended.put((group, run_group(group, opts, group_dir, sub,
+                                        lambda done, current, g=group.group_id: progress(g, done, current))))
+        except BaseException as e:  # reported by the main thread
+            ended.put((group, e))
+
+    threads = []
+    try:
+        while sched.pending or sched.running:
+            failed = [o for o in result.outcomes[scan_errors:] if o.status.failing]
+            if opts.fail_fast and failed and sched.pending:
+                _fail_fast_rest(sched.pending, failed[0], result, emit)
+                sched.pending = []
+            while sched.pending:
+                group = sched.startable(result.held)
+                if group is None:
+                    break
+                slots = sched.take(group)
+                emit([f"-- launch {group.group_id}: " + (f"{len(group.cases)} case(s) in one process simulating "
+                                                         "their ranks" if group.lane == "local" else
+                                                         f"mesh {group.mesh_shape} {group.mesh_dim_names}, "
+                                                         f"{len(group.cases)} case(s)") + f", slots {slots}"])
+                group_dir = os.path.join(opts.artifacts_dir, "ranks", group.group_id)
+                result.in_flight[group.group_id] = (group, group_dir)
+                t = threading.Thread(target=work, args=(group, slots, group_dir), name=group.group_id, daemon=True)
+                threads.append(t)
+                t.start()
+            if not sched.running:
+                if sched.pending:  # cannot happen: every group fits the lease (device_need)
+                    raise SlotRequestError(f"launch group {sched.pending[0].group_id} needs more slots than the "
+                                           f"run holds ({len(lease.slots)})")
+                break
+            group, got = _next_ended(ended)
+            sched.give_back(group.group_id)
+            del result.in_flight[group.group_id]
+            if isinstance(got, BaseException):
+                raise got
+            group_outcomes, notes, launches = got
+            if group.phase is not None:
+                group_outcomes = outcomes.phase_chain(group, group_outcomes, result.held)
+            with lock:
+                done_by_group.pop(group.group_id, None)
+                result.launches += launches
+                result.outcomes.extend(group_outcomes)
+            by_group[group.group_id] = group_outcomes
+            result.notes.extend(notes)
+            emit([reporter.format_outcome(o) for o in group_outcomes])
+    finally:
+        abort.set()
+        for t in threads:
+            t.join(timeout=30)
+        # plan order, whatever order the groups ended in
+        rest = result.outcomes[scan_errors:]
+        ranked = {id(o): order[gid] for gid, outs in by_group.items() for o in outs}
+        result.outcomes[scan_errors:] = sorted(rest, key=lambda o: ranked.get(id(o), len(order)))
+
+
+def _next_ended(ended: "queue.Queue") -> Tuple[Group, object]:
+    """The next group to end (waiting in short steps, so a signal handler runs meanwhile)."""
+    while True:
+        try:
+            return ended.get(timeout=0.5)
+        except queue.Empty:
+            continue
+
+
+def _fail_fast_rest(pending: Sequence[Group], failed: CaseOutcome, result: RunResult, emit) -> None:
+    reason = f"not run: fail-fast gate stopped after {failed.case} ({failed.file}) failed"
+    later = {o.case: o for g in pending for o in outcomes.not_run(g.cases, g, reason)}
+    skipped = [o for name, o in later.items() if name not in result.held]
+    result.outcomes.extend(skipped)
+    result.notes.append(f"fail-fast: {len(skipped)} case(s) in {len(pending)} later launch group(s) not run")
+    emit([reporter.format_outcome(o) for o in skipped])
 
 
 def write_evidence(artifacts_dir: str, outcomes: Sequence[CaseOutcome], notes: Sequence[str] = ()) -> None:

@@ -226,6 +226,24 @@ class ShardBackend(ABC):
         """
         raise NotImplementedError(f"platform {self.platform!r} cannot build a distributed input from local tensors")
 
+    def from_locals(self, locals_: Dict[Tuple[int, ...], np.ndarray], dtype: str, mesh: Any,
+                    mesh_shape: Tuple[int, ...], placements: Sequence[Placement], global_shape: Tuple[int, ...],
+                    requires_grad: bool = False) -> Any:
+        """A distributed tensor of ``global_shape`` from every rank's local part (``locals_``: mesh
+        coordinate → array). Default: :meth:`from_local` of this rank's entry
+        (:meth:`coordinate`); a backend that simulates several ranks in one process builds them all.
+
+        :raises ValueError, NotImplementedError: as :meth:`from_local`.
+        """
+        return self.from_local(locals_[self.coordinate(mesh, mesh_shape)], dtype, mesh, placements, global_shape,
+                               requires_grad)
+
+    def to_numpy_by_rank(self, tensor: Any) -> Dict[int, np.ndarray]:
+        """The values of a full tensor as each rank this process answers for holds them:
+        ``{rank(): to_numpy(tensor)}`` (default). A backend that simulates several ranks in one
+        process returns one entry per simulated rank, so each rank's result is compared."""
+        return {self.rank(): self.to_numpy(tensor)}
+
     def placements_of(self, tensor: Any) -> Optional[Tuple[Placement, ...]]:
         """The placements of a distributed tensor as meshtest placements, or ``None`` for a
         plain tensor (checked against a case's ``output_placements`` / ``grad_placements``).
@@ -331,11 +349,14 @@ class BackendInfo:
     :param platform: platform name.
     :param target: ``"module.path:ClassName"`` of the :class:`ShardBackend` subclass.
     :param launcher: launcher kind the parent uses (see :mod:`meshtest.parent.launch`).
+    :param local_target: ``"module.path:ClassName"`` of the backend that simulates every rank in
+        one process (the ``local`` lane, ``--tag=cpu_local``), or ``""`` when the platform has none.
     """
 
     platform: str
     target: str
     launcher: str
+    local_target: str = ""
 
 
 _BACKENDS: Dict[str, BackendInfo] = {}
@@ -377,10 +398,18 @@ def backend_info(platform: str) -> BackendInfo:
                    f"(add one through the {ENTRY_POINT_GROUP!r} entry-point group, see docs/platforms.md)")
 
 
-def load_backend(platform: str) -> ShardBackend:
-    """Import and instantiate the backend of ``platform`` (rank side only)."""
-    module, _, cls = backend_info(platform).target.partition(":")
+def load_backend(platform: str, lane: str = "ranks") -> ShardBackend:
+    """Import and instantiate the backend of ``platform`` for ``lane`` (rank side only).
+
+    :raises KeyError: the platform is unknown, or has no backend for the ``local`` lane.
+    """
+    info = backend_info(platform)
+    target = info.local_target if lane == "local" else info.target
+    if not target:
+        raise KeyError(f"platform {platform!r} has no one-process (local) lane backend")
+    module, _, cls = target.partition(":")
     return getattr(importlib.import_module(module), cls)()
 
 
-register_backend(BackendInfo("torch", "meshtest.platforms.torch_gloo:TorchGlooBackend", launcher="torchrun"))
+register_backend(BackendInfo("torch", "meshtest.platforms.torch_gloo:TorchGlooBackend", launcher="torchrun",
+                             local_target="meshtest.platforms.torch_local:TorchLocalBackend"))

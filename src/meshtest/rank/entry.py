@@ -27,7 +27,7 @@ import signal
 import sys
 import time
 import zlib
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..contract import (
     FENCE_MARGIN_S,
@@ -44,6 +44,7 @@ from ..contract import (
     event_to_json,
 )
 from ..errors import CaseFileError, MeshtestError
+from ..model import rules
 from ..model.registry import BrokenCase, Registry, check_against_scan, load_case_file
 from ..model.scan import ScannedCase, scan_case_file
 from ..platforms.backend import ShardBackend, load_backend
@@ -148,9 +149,13 @@ def isolated(result: pipeline.StepResult, changes: List[str]) -> pipeline.StepRe
 
 
 def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: ShardBackend, mesh: Any,
-            out: RankStream) -> Status:
+            out: RankStream, simulated: Sequence[int] = ()) -> Status:
     """Run one case under its deadline, isolated from the cases around it, and record it;
-    returns the raw status."""
+    returns the raw status.
+
+    :param simulated: the ranks this process simulates (the local lane): one record each, all
+        with this process's result; empty: one record, for ``rank``.
+    """
     timeout_s = deadline_s(case, plan)
     out.emit(CaseStarted(case.name, time.time(), timeout_s))
     log.info("case %s: start (deadline %.0fs)", case.name, timeout_s)
@@ -172,10 +177,12 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
             backend.restore_global_state(before)
         result = isolated(result, changes)
     faulthandler.cancel_dump_traceback_later()
-    out.emit(RankRecord(case.name, sc.file, plan.group_id, rank,
-                        with_known_failure(result.status, case.known_failure is not None), result.step,
-                        time.perf_counter() - t0, result.error, case.known_failure or "", result.detail,
-                        getattr(case, "divergence", None) or ""))
+    elapsed = time.perf_counter() - t0
+    for r in simulated or (rank,):
+        out.emit(RankRecord(case.name, sc.file, plan.group_id, r,
+                            with_known_failure(result.status, case.known_failure is not None), result.step,
+                            elapsed, result.error, case.known_failure or "", result.detail,
+                            getattr(case, "divergence", None) or ""))
     return result.status
 
 
@@ -239,6 +246,40 @@ def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend
     return backend, False
 
 
+def run_local_plan(plan: LaunchPlan, out: RankStream) -> ShardBackend:
+    """The local lane: this one process simulates every rank of each case's own mesh
+    (:mod:`meshtest.platforms.torch_local`), switching its simulated world when a case's world
+    size differs from the one before (the planner orders cases by mesh), and records each case
+    once per simulated rank. The same pipeline, seeding, isolation and fail-fast rule as
+    :func:`run_plan`; no fence (there are no peers to wait for)."""
+    cases, load_errors = load_cases(plan.cases)
+    backend = load_backend(plan.platform, lane="local")
+    backend.init(plan.device_kind, timeout_s=plan.case_timeout_s)
+    meshes: Dict[tuple, Any] = {}
+    for sc in plan.cases:
+        case = cases.get(sc.name)
+        ranks = tuple(range(sc.world_size))
+        if sc.file in load_errors:
+            for r in ranks:
+                out.emit(RankRecord(sc.name, sc.file, plan.group_id, r, Status.ERROR, "load", 0.0,
+                                    load_errors[sc.file]))
+            status = Status.ERROR
+        else:
+            if backend.world_size() != sc.world_size:
+                backend.set_world(sc.world_size)
+                meshes = {}
+            key = (sc.mesh_shape, sc.mesh_dim_names or rules.normalised_dim_names(len(sc.mesh_shape)))
+            if key not in meshes:
+                meshes[key] = backend.make_mesh(*key)
+            status = run_one(case, sc, plan, 0, backend, meshes[key], out, simulated=ranks)
+        if plan.fail_fast and fails_suite(backend, case, status):
+            log.info("fail-fast gate: stopping after %s failed", sc.name)
+            out.emit(Stopped(sc.name))
+            break
+    out.emit(RankDone(0))
+    return backend
+
+
 def _redirect_output(out_dir: str, rank: int) -> None:
     """Send this process's fd 1 and 2 (Python and native output) to ``rank<k>.log``."""
     fd = os.open(os.path.join(out_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -265,7 +306,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     log.info("group %s: %d case(s), mesh %s %s, device slots %s", plan.group_id, len(plan.cases),
              list(plan.mesh_shape), list(plan.mesh_dim_names), list(plan.slots))
     out = RankStream(os.path.join(plan.out_dir, f"rank{rank}.jsonl"))
-    backend, broken = run_plan(plan, rank, out)
+    if plan.lane == "local":
+        backend, broken = run_local_plan(plan, out), False
+    else:
+        backend, broken = run_plan(plan, rank, out)
     out.close()
     if not broken:
         backend.recover_after_failure(timeout_s=plan.case_timeout_s)  # closing barrier

@@ -206,8 +206,8 @@ def _build(case: OpShardCase, backend: ShardBackend, mesh: Any):
             dist[i] = (locals_, s)
         else:
             full.append(backend.make_tensor(s.build_numpy(case.input_seed(i)), s.dtype, s.requires_grad))
-    coord = backend.coordinate(mesh, case.mesh_shape) if dist else None
-    made = {i: backend.from_local(locals_[coord], s.dtype, mesh, case.placements[i], s.shape, s.requires_grad)
+    made = {i: backend.from_locals(locals_, s.dtype, mesh, case.mesh_shape, case.placements[i], s.shape,
+                                   s.requires_grad)
             for i, (locals_, s) in dist.items()}
     return full, made.get
 
@@ -278,8 +278,28 @@ def _select(outs: Tuple[Any, ...], case: OpShardCase) -> List[Tuple[int, Any]]:
 
 
 def _compare(backend: ShardBackend, expected: Any, actual: Any, spec, label: str) -> None:
-    compare_arrays(backend.to_numpy(expected), backend.to_numpy(actual), backend.dtype_name(expected),
-                   backend.dtype_name(actual), spec, label=label)
+    """Compare on every rank this process answers for: one in a rank process; all of them when
+    the backend simulates the ranks, and then a failure names the simulated ranks whose values
+    differ and shows the first one's difference.
+
+    :raises CompareError: the values differ (on some simulated rank).
+    """
+    want, got = backend.to_numpy_by_rank(expected), backend.to_numpy_by_rank(actual)
+    if len(got) == 1:
+        (r,) = got
+        compare_arrays(want[r], got[r], backend.dtype_name(expected), backend.dtype_name(actual), spec, label=label)
+        return
+    failed = {}
+    for r in sorted(got):
+        try:
+            compare_arrays(want[r], got[r], backend.dtype_name(expected), backend.dtype_name(actual), spec,
+                           label=label)
+        except CompareError as e:
+            failed[r] = str(e)
+    if failed:
+        first = min(failed)
+        raise CompareError(f"on simulated rank(s) {','.join(map(str, sorted(failed)))} of {len(got)} "
+                           f"(first, {first}): {failed[first]}")
 
 
 def _backward(case: OpShardCase, backend: ShardBackend, expected, gathered) -> None:

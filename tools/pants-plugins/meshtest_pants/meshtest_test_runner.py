@@ -41,6 +41,7 @@ from pants.engine.target import TransitiveTargets, TransitiveTargetsRequest
 from pants.option.global_options import GlobalOptions
 from pants.util.logging import LogLevel
 
+from meshtest.model.rules import lane_of
 from meshtest_pants.runner_command import (
     ARTIFACTS_DIR,
     SANDBOX_HOME,
@@ -88,14 +89,18 @@ class MeshtestPartitionMetadata:
     description: str
 
 
-def partition_key(field_set: MeshtestCaseFieldSet, batch: bool) -> tuple[str, ...]:
+def partition_key(field_set: MeshtestCaseFieldSet, batch: bool, lane: str = "ranks") -> tuple[str, ...]:
     """Case files with equal keys run in one process, which starts each launch group once.
 
     A file whose scan failed is alone (it fails by itself); with `[meshtest].batch` off every
-    file is alone (per-file caching, one launch per file and mesh group).
+    file is alone (per-file caching, one launch per file and mesh group). In the one-process
+    lane (`--tag=cpu_local`) the files of a platform share one process, which splits their
+    cases over one simulating process per CPU core.
     """
     if field_set.parse_error.value is not None or not batch:
         return ("file", field_set.address.spec)
+    if lane == "local":
+        return (field_set.platform.value, field_set.resolve.value or "", "local")
     return (
         field_set.platform.value,
         field_set.resolve.value or "",
@@ -103,23 +108,30 @@ def partition_key(field_set: MeshtestCaseFieldSet, batch: bool) -> tuple[str, ..
     )
 
 
-def partition_description(key: tuple[str, ...]) -> str:
+def partition_description(key: tuple[str, ...], field_sets) -> str:
+    """How a batch names itself (progress lines, the slot audit log): its first file and how many
+    more, and its launches (`cases/torch/case_attention.py +22 (torch w2-2+w4-4)`)."""
     if key[0] == "file":
         return key[1]
-    return f"{key[0]} launches {'+'.join(key[2:]) or '(none)'}"
+    first = min(fs.address.spec for fs in field_sets)
+    more = f" +{len(field_sets) - 1}" if len(field_sets) > 1 else ""
+    what = "local lane" if key[2:] == ("local",) else "+".join(key[2:]) or "no launch"
+    return f"{first}{more} ({key[0]} {what})"
 
 
 @rule(desc="Partition meshtest case files by launch groups", level=LogLevel.DEBUG)
 async def partition_meshtest_case_files(
     request: MeshtestTestRequest.PartitionRequest[MeshtestCaseFieldSet],
     meshtest: MeshtestSubsystem,
+    global_options: GlobalOptions,
 ) -> Partitions[MeshtestCaseFieldSet, MeshtestPartitionMetadata]:
+    lane = lane_of(forwarded_tag_filters(global_options.tag))
     by_key: dict[tuple[str, ...], list[MeshtestCaseFieldSet]] = {}
     for field_set in request.field_sets:
-        by_key.setdefault(partition_key(field_set, meshtest.batch), []).append(field_set)
+        by_key.setdefault(partition_key(field_set, meshtest.batch, lane), []).append(field_set)
     return Partitions(
         Partition(tuple(sorted(field_sets, key=lambda fs: fs.address.spec)),
-                  MeshtestPartitionMetadata(partition_description(key)))
+                  MeshtestPartitionMetadata(partition_description(key, field_sets)))
         for key, field_sets in sorted(by_key.items())
     )
 

@@ -1,0 +1,150 @@
+"""``TorchLocalBackend``: every rank of a mesh simulated in one process (the ``local`` lane).
+
+torch's own simulator of SPMD ranks is used as is: a ``fake`` process group of the mesh's world
+size (``dist.init_process_group("fake", rank=0, world_size=n)``) and
+``torch.distributed._local_tensor.LocalTensorMode(n)``, under which a DTensor's local part is a
+``LocalTensor`` holding one tensor per rank and a collective is carried out on those tensors
+(torch's ``LocalDTensorTestBase`` runs its DTensor tests the same way). The case pipeline is
+the one the real lane runs (:mod:`meshtest.rank.pipeline`); what differs is answered here:
+
+- a value that differs by rank (a gathered output, a rank's coordinate) is a ``LocalTensor`` /
+  ``LocalIntNode``; :meth:`to_numpy_by_rank` splits it, so every simulated rank's result is
+  compared with the reference, as each rank does in the real lane;
+- an input declared by locals (:class:`meshtest.model.local_input.LocalInput`) becomes one
+  ``LocalTensor`` of all ranks' locals (:meth:`from_locals`);
+- collectives across processes (``any_rank``, the end-of-case fence) are trivial: there is one.
+
+What the simulation cannot show (process start-up, a hang, a broken communicator, gloo's own
+collective implementations) is the real lane's business; ``tools/lane_diff.py`` lists the
+cases whose verdicts differ between the two lanes, each with its reason.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed._local_tensor import LocalIntNode, LocalTensor, LocalTensorMode, maybe_disable_local_tensor_mode
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+from ..model.placement import Partial, Placement
+from .torch_gloo import TorchGlooBackend, to_torch_placement
+
+
+def _rank_value(value: Any, rank: int) -> Any:
+    """``value`` as rank ``rank`` sees it: a ``LocalTensor``'s or ``LocalIntNode``'s entry, or
+    ``value`` itself."""
+    if isinstance(value, LocalTensor):
+        return value._local_tensors[rank]
+    if isinstance(value, torch.SymInt) and isinstance(value.node, LocalIntNode):
+        return value.node._local_ints[rank]
+    if isinstance(value, LocalIntNode):
+        return value._local_ints[rank]
+    return value
+
+
+class TorchLocalBackend(TorchGlooBackend):
+    """Torch on CPU, all ranks of one mesh in this process (``fake`` process group +
+    ``LocalTensorMode``). :meth:`set_world` switches to another world size between launch groups."""
+
+    platform = "torch"
+    lane = "local"
+
+    def __init__(self) -> None:
+        self._world = 0
+        self._mode: Any = None
+
+    def set_world(self, world_size: int) -> None:
+        """Leave the current simulated world (if any) and start one of ``world_size`` ranks."""
+        self.shutdown()
+        dist.init_process_group("fake", rank=0, world_size=world_size)
+        self._mode = LocalTensorMode(world_size)
+        self._mode.__enter__()
+        self._world = world_size
+
+    def init(self, device_kind: str, timeout_s: float) -> None:
+        if device_kind != "cpu":
+            raise RuntimeError(f"TorchLocalBackend simulates ranks on device kind 'cpu', not {device_kind!r}")
+
+    def rank(self) -> int:
+        return 0
+
+    def world_size(self) -> int:
+        return self._world
+
+    def ranks(self) -> Tuple[int, ...]:
+        return tuple(range(self._world))
+
+    def from_locals(self, locals_: Dict[Tuple[int, ...], np.ndarray], dtype: str, mesh: Any,
+                    mesh_shape: Tuple[int, ...], placements: Sequence[Placement], global_shape: Tuple[int, ...],
+                    requires_grad: bool = False) -> Any:
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        tp = [to_torch_placement(p) for p in placements]
+        expected, _ = compute_local_shape_and_global_offset(torch.Size(global_shape), mesh, tp)
+        coords = mesh.get_coordinate()
+        per_rank = {}
+        for r in self.ranks():
+            coord = tuple(int(_rank_value(c, r)) for c in coords)
+            want = tuple(int(_rank_value(s, r)) for s in expected)
+            array = locals_[coord]
+            if want != tuple(array.shape):
+                raise ValueError(f"rank {r}: local shape {tuple(array.shape)}, but torch lays out global shape "
+                                 f"{tuple(global_shape)} placed {list(placements)} as local shape {want} here "
+                                 "(DTensor.from_local would build an invalid DTensor)")
+            per_rank[r] = self.make_tensor(array, dtype)
+        with maybe_disable_local_tensor_mode():
+            local = LocalTensor(per_rank)
+        d = DTensor.from_local(local, mesh, tp, run_check=False, shape=torch.Size(global_shape),
+                               stride=torch.empty(global_shape, device="meta").stride())
+        return d.detach().requires_grad_(True) if requires_grad else d
+
+    def replicated(self, tensor: Any) -> Any:
+        """``tensor`` as every simulated rank's copy (a ``LocalTensor``). ``distribute_tensor`` of
+        a plain tensor under ``LocalTensorMode`` keeps plain local parts, on which the ``fake``
+        group's collectives do nothing (a ``Partial`` input would never be summed)."""
+        if isinstance(tensor, LocalTensor):
+            return tensor
+        with maybe_disable_local_tensor_mode():
+            return LocalTensor({r: tensor.detach().clone() for r in self.ranks()})
+
+    def distribute(self, tensor: Any, mesh: Any, placements: Sequence[Placement]) -> Any:
+        tp = [to_torch_placement(p) for p in placements]
+        # Shard/Replicate of a plain tensor split it once and hand each rank its chunk (a
+        # LocalTensor); only a Partial input needs every rank's own copy first
+        source = self.replicated(tensor) if any(isinstance(p, Partial) for p in placements) else tensor.detach()
+        d = distribute_tensor(source, mesh, tp)
+        return d.requires_grad_(tensor.requires_grad)
+
+    def to_numpy(self, tensor: Any) -> np.ndarray:
+        return next(iter(self.to_numpy_by_rank(tensor).values()))
+
+    def to_numpy_by_rank(self, tensor: Any) -> Dict[int, np.ndarray]:
+        """Every simulated rank's value of ``tensor`` (the same array for a plain tensor)."""
+        if isinstance(tensor, LocalTensor):
+            with maybe_disable_local_tensor_mode():
+                return {r: TorchGlooBackend.to_numpy(self, t) for r, t in sorted(tensor._local_tensors.items())}
+        with maybe_disable_local_tensor_mode():
+            value = TorchGlooBackend.to_numpy(self, tensor)
+        return {r: value for r in self.ranks()}
+
+    def any_rank(self, flag: bool) -> bool:
+        return bool(flag)
+
+    def recover_after_failure(self, timeout_s: float) -> bool:
+        return True
+
+    def case_fence(self, timeout_s: float) -> bool:
+        return True
+
+    def enable_collective_checks(self) -> bool:
+        return False
+
+    def shutdown(self) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        self._world = 0
