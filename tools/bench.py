@@ -2,7 +2,11 @@
 """Benchmark (prints figures; asserts nothing): suite walls and launches, and slot packing.
 
 Usage: ``python3 tools/bench.py [--skip-suite] [--skip-packing] [--scale 0.1]
-[--verdicts --python PY [--before REF]] [--pants-before REF]``
+[--verdicts --python PY [--before REF]] [--pants-before REF]``, or one of
+``python3 tools/bench.py --model npu8`` (the device-time model of ``tools/packing_model.py``:
+the level0 plan before, now and with ``--pack fill`` on 8 NPUs, side by side) and
+``python3 tools/bench.py --lanes --python PY`` (the one-process lane against the real lane on
+the ``cpu_local`` cases, and a one-op selection over three meshes against its slowest launch).
 
 1. Suite, in a throwaway clone (the working tree is never edited), with pantsd off:
    cold ``cpu_level0`` run (a fresh test-env value makes every cache key new), identical warm rerun, a run
@@ -260,6 +264,43 @@ def bench_verdicts(python: str, before: str) -> None:
         print(f"    {name:14} " + ", ".join(f"{w:.1f} s" for w in ws) + f"  (best {min(ws):.1f} s)")
 
 
+def _cli_wall(python: str, args: Sequence[str]) -> Tuple[float, int, str]:
+    """(wall seconds, exit code, summary line) of ``python -m meshtest run ARGS`` from the repository root."""
+    with tempfile.TemporaryDirectory() as out:
+        t0 = time.monotonic()
+        proc = subprocess.run([python, "-m", "meshtest", "run", *args, "--artifacts-dir", os.path.join(out, "a"),
+                               "--slot-dir", os.path.join(out, "slots")], cwd=ROOT, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), ROOT])})
+        wall = time.monotonic() - t0
+    last = [ln for ln in proc.stdout.splitlines() if ln.startswith("meshtest: ") and "passed" in ln]
+    return wall, proc.returncode, last[-1] if last else proc.stderr.strip()[-200:]
+
+
+#: A one-op selection whose cases span three meshes ((2,), (4,), (2, 2)): the sort op's
+#: ``cpu_level0`` cases (issue 14's example of serial launches).
+ONE_OP = ("cases/torch/case_sort.py",)
+
+
+def bench_lanes(python: str) -> None:
+    """The one-process lane against the real lane on the same cases, and a one-op selection over
+    three meshes against its slowest single-mesh launch, side by side."""
+    import glob
+
+    files = sorted(glob.glob(os.path.join(ROOT, "cases", "torch", "case_*.py")))
+    files = [os.path.relpath(f, ROOT) for f in files] + ["cases/torch/training/case_train_l0_logic.py"]
+    rows = [("local lane  --tag cpu_local", _cli_wall(python, [*files, "--tag=cpu_local"])),
+            ("real lane   --tag cpu_local --lane ranks",
+             _cli_wall(python, [*files, "--tag=cpu_local", "--lane=ranks"]))]
+    for name, (wall, rc, line) in rows:
+        print(f"  {name:42} {wall:6.1f} s  exit {rc}  {line}")
+    sel = _cli_wall(python, [*ONE_OP, "--tag=cpu_level0"])
+    singles = [(m, _cli_wall(python, [*ONE_OP, "--tag=cpu_level0", f"--tag={m}"])) for m in ("mesh:2", "mesh:4")]
+    slowest = max(w for _, (w, _, _) in singles)
+    print(f"  one op over 3 meshes ({ONE_OP[0]} cpu_level0): {sel[0]:.1f} s; single launches "
+          + ", ".join(f"{m} {w:.1f} s" for m, (w, _, _) in singles)
+          + f"; ratio to the slowest {sel[0] / slowest:.2f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-suite", action="store_true")
@@ -270,7 +311,24 @@ def main() -> int:
     ap.add_argument("--before", default="", metavar="REF", help="with --verdicts: main job wall at REF vs now")
     ap.add_argument("--pants-before", default="", metavar="REF",
                     help="the cold Pants main job at REF vs HEAD, alternated twice")
+    ap.add_argument("--model", default="", choices=("", "npu8", "cpu8"),
+                    help="only the device-time model of a gate's plan (tools/packing_model.py): before/launches/fill")
+    ap.add_argument("--tag", default="cpu_level0", help="with --model: the gate")
+    ap.add_argument("--durations", nargs="*", default=[os.path.join(ROOT, "dist", "test")],
+                    help="with --model: results of earlier real-lane runs (case durations)")
+    ap.add_argument("--lanes", action="store_true",
+                    help="only the one-process lane vs the real lane, and a one-op selection (needs --python)")
     args = ap.parse_args()
+    if args.model:
+        import packing_model
+
+        packing_model.report(args.tag, args.model, args.durations)
+        return 0
+    if args.lanes:
+        if not args.python:
+            ap.error("--lanes needs --python: an interpreter with torch installed")
+        bench_lanes(args.python)
+        return 0
     if not args.skip_suite:
         bench_suite()
     if not args.skip_packing:

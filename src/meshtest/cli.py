@@ -82,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
                         "--tag=cpu_local selects the run, else ranks")
     r.add_argument("--local-processes", type=int, default=0,
                    help="local lane: processes at once (default: one per CPU core, at most --slots)")
+    r.add_argument("--pack", choices=("launches", "fill"), default="launches",
+                   help="launches (default): hold the largest launch's slots and run launches as they fit; fill: hold "
+                        "up to every slot, split long launch groups and run them at once (a device node, where a "
+                        "launch's start-up dominates; tools/packing_model.py compares the two)")
+    r.add_argument("--durations", action="append", default=[], metavar="RESULTS",
+                   help="results.jsonl (or a directory of runs, e.g. dist/test) whose case durations weigh splits "
+                        "and launch order; repeatable")
     r.add_argument("--target", default="", help="label of the requester in the slot audit log (a Pants address)")
     s = sub.add_parser("scan", help="print the static scan of case files as JSON")
     s.add_argument("files", nargs="+")
@@ -207,7 +214,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                       slots=args.slots, slot_dir=args.slot_dir, device_need=args.device_need, target=args.target,
                       fail_fast=gate_is_fail_fast(args.tags) if args.fail_fast is None else args.fail_fast,
                       collective_checks=args.collective_checks, lane=args.lane,
-                      local_processes=args.local_processes)
+                      local_processes=args.local_processes, pack=args.pack,
+                      durations_from=tuple(args.durations))
     try:
         result = run(files, opts)
     except (SelectionError, SlotRequestError) as e:

@@ -57,7 +57,7 @@ def test_wrong_expectation_names_case_rank_and_step(tmp_path):
     assert failure is not None and cases["e2e_add"].find("failure") is None
     assert "rank 0: fail at step compare: output[0]:" in failure.get("message")
     assert "rank 1: fail at step compare" in failure.get("message")
-    group = out_dir / "ranks" / "w2-2"
+    group = out_dir / "ranks" / "w2"
     for rank in (0, 1):
         assert "case e2e_wrong: fail at step compare" in (group / f"rank{rank}.log").read_text()
         lines = (group / f"rank{rank}.jsonl").read_text().splitlines()
@@ -88,7 +88,7 @@ def test_slots_reach_ranks_and_a_need_above_the_pool_fails_fast(tmp_path):
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "device slots [0, 1, 2, 3] of 8 held" in proc.stdout
-    assert "device slots [0, 1]" in (tmp_path / "o" / "ranks" / "w2-2" / "rank1.log").read_text()
+    assert "device slots [0, 1]" in (tmp_path / "o" / "ranks" / "w2" / "rank1.log").read_text()
     events = [json.loads(line)["event"] for line in (slot_dir / "audit.jsonl").read_text().splitlines()]
     assert events == ["wait", "acquire", "launch", "release"]
     proc = subprocess.run([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(tmp_path / "o2"),
@@ -150,7 +150,7 @@ def test_level0_gate_stops_at_the_first_failure_and_says_so(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "PASS    e2e_add" in proc.stdout and "FAIL    e2e_wrong" in proc.stdout
     assert "NOT_RUN e2e_after" in proc.stdout
-    assert "fail-fast: stopped after e2e_wrong failed; 1 case(s) of w2-2 not run" in proc.stdout
+    assert "fail-fast: stopped after e2e_wrong failed; 1 case(s) of w2 not run" in proc.stdout
     assert "meshtest: 1 case(s) not run: the fail-fast (level0) gate stopped at the first failure" in proc.stdout
     assert "meshtest: 1 passed, 1 failed" in proc.stdout
 
@@ -167,4 +167,4 @@ def test_fail_fast_is_not_triggered_by_another_files_scan_error_and_reused_dirs_
         assert "PASS    e2e_add" in proc.stdout and "NOT_RUN" not in proc.stdout
         assert "case_broken.py: case 'b': rule static-scan" in proc.stdout
     kept = [p.name for p in (tmp_path / "o" / "ranks").iterdir()]
-    assert "w2-2" in kept and any(name.startswith("w2-2.previous-") for name in kept)
+    assert "w2" in kept and any(name.startswith("w2.previous-") for name in kept)

@@ -163,7 +163,7 @@ def test_assertion_failure_does_not_relaunch_but_a_broken_group_does(fault_run):
     assert "a rank's end-of-case fence failed" in proc.stdout
     broken_log = (_out_dir(fault_run) / "ranks" / launch["fault_broken_communicator"] / "rank1.log").read_text()
     assert "case fence failed: ValueError" in broken_log  # the destroyed group ends the rank cleanly
-    assert "/case_faults_import.py: 28/28 case(s) done, launch w2-2" in proc.stdout  # live progress lines
+    assert "/case_faults_import.py: 28/28 case(s) done, launch w2" in proc.stdout  # live progress lines
 
 
 TEARDOWN = "case_faults_teardown.py"
@@ -175,7 +175,7 @@ def test_teardown_abort_keeps_results_but_an_abort_before_recording_is_a_crash(t
     assert {k: v["status"] for k, v in results.items()} == {
         "teardown_abort_after_results": "pass", "teardown_fine": "pass",
         "teardown_abort_before_recording": "crash"}, text
-    assert "teardown warning: launch w2-2 ended with exit 1 after every rank recorded every case" in text
+    assert "teardown warning: launch w2 ended with exit 1 after every rank recorded every case" in text
     t3 = _by_rank(results["teardown_abort_before_recording"])
     assert t3[1]["error"].startswith("the rank died (killed by SIGABRT) before recording the case")
     assert proc.returncode == 1  # only because of the abort before recording
@@ -230,7 +230,7 @@ def test_sigterm_keeps_recorded_results_and_leaves_no_rank(tmp_path):
                              "--tag", "cpu_faults", "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "s")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": SRC_ROOT})
-    rank0 = out / "ranks" / "w2-2" / "rank0.jsonl"
+    rank0 = out / "ranks" / "w2" / "rank0.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and not (rank0.exists() and '"fault_hang_loop"' in rank0.read_text()):
         time.sleep(0.2)  # fault_before is recorded; rank 1 now loops inside fault_hang_loop
@@ -240,7 +240,7 @@ def test_sigterm_keeps_recorded_results_and_leaves_no_rank(tmp_path):
     assert "run interrupted (SystemExit); results so far are kept" in stdout
     assert [json.loads(line)["case"] for line in (out / "results.jsonl").read_text().splitlines()] == ["fault_before"]
     assert (out / "report.html").is_file() and (out / "junit.xml").is_file()
-    assert (out / "ranks" / "w2-2" / "rank1.log").is_file()  # the rank logs stay
+    assert (out / "ranks" / "w2" / "rank1.log").is_file()  # the rank logs stay
     assert ranks_alive(str(out)) == []
 
 
@@ -260,9 +260,9 @@ def test_rendezvous_on_a_port_in_use_is_retried_and_the_retry_is_logged(tmp_path
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS    fault_before" in proc.stdout
     assert f"rendezvous retry 1/3: the previous launch failed with address already in use (port {port})" in proc.stdout
-    clashed = (out / "ranks" / "w2-2.addrinuse1" / "launcher.log").read_text()
+    clashed = (out / "ranks" / "w2.addrinuse1" / "launcher.log").read_text()
     assert f"--master-port={port}" in clashed and "EADDRINUSE" in clashed
-    retried = (out / "ranks" / "w2-2" / "launcher.log").read_text()
+    retried = (out / "ranks" / "w2" / "launcher.log").read_text()
     assert retried.startswith("# rendezvous retry 1/3") and f"--master-port={port}" not in retried
     _assert_nothing_leaked(tmp_path, out)
 
@@ -276,7 +276,7 @@ def _start_and_wait_for_hang(tmp_path):
                              "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": SRC_ROOT})
-    rank1 = out / "ranks" / "w2-2" / "rank1.jsonl"
+    rank1 = out / "ranks" / "w2" / "rank1.jsonl"
     deadline = time.time() + 120
     in_loop = '"step", "case": "fault_hang_loop", "step": "run"'
     while time.time() < deadline and not (rank1.exists() and in_loop in rank1.read_text()):

@@ -13,8 +13,7 @@ import meshtest
 from meshtest.contract import CaseOutcome
 from meshtest.errors import SelectionError
 from meshtest.model import rules
-from meshtest.parent.planner import Group, lane_of, plan_local_groups
-from meshtest.parent.runner import _Schedule
+from meshtest.parent.planner import Group, LaunchSchedule, lane_of, plan_local_groups
 from meshtest.report.results import write_results
 from meshtest.status import Status
 from tests.helpers import case_file, scanned
@@ -78,7 +77,7 @@ def _group(gid, world, phase=None, name=None):
 
 def test_the_schedule_packs_launches_into_the_slots_held():
     held = {}
-    s = _Schedule([_group("a2", 2), _group("b4", 4), _group("c2", 2), _group("d8", 8)], list(range(8)))
+    s = LaunchSchedule([_group("a2", 2), _group("b4", 4), _group("c2", 2), _group("d8", 8)], list(range(8)))
     first = s.startable(held)
     assert first.group_id == "d8"  # the largest that fits goes first
     s.take(first)
@@ -93,13 +92,13 @@ def test_the_schedule_packs_launches_into_the_slots_held():
 
 def test_a_later_phase_waits_for_the_earlier_one_and_its_pass():
     p1, p2 = _group("p1", 2, (1, 2), "case"), _group("p2", 2, (2, 2), "case")
-    s = _Schedule([p2, p1], list(range(8)))
+    s = LaunchSchedule([p2, p1], list(range(8)))
     assert s.startable({}).group_id == "p1"
     s.take(p1)
     assert s.startable({}) is None  # phase 2 waits while phase 1 runs
     s.give_back("p1")
     assert s.startable({"case": object()}).group_id == "p2"
-    s2 = _Schedule([p2], list(range(8)))
+    s2 = LaunchSchedule([p2], list(range(8)))
     assert s2.startable({}) is None and s2.pending == []  # phase 1 did not pass: phase 2 never starts
 
 

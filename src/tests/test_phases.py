@@ -94,7 +94,7 @@ def test_each_phase_is_a_launch_of_its_own_after_the_other_groups():
     scan = scan_case_source("case_p.py", PHASED)
     groups = plan_groups(list(scan.cases) + [scanned("op", mesh_shape=(2,))])
     assert [g.group_id for g in groups] == [
-        "w2-2", "w4-4-phase1of4-resumed", "w4-2x2-phase2of4-resumed", "w4-4-phase3of4-resumed",
+        "w2", "w4-4-phase1of4-resumed", "w4-2x2-phase2of4-resumed", "w4-4-phase3of4-resumed",
         "w2-2-phase4of4-resumed"]
     assert [c.name for c in groups[0].cases] == ["plain", "op"]
     second = groups[2]

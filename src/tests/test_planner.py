@@ -11,18 +11,22 @@ from meshtest.parent.planner import plan_groups, select_cases
 from tests.helpers import scanned
 
 
-def test_labels_are_normalised_so_meshes_of_one_shape_share_a_launch():
+def test_meshes_of_one_world_size_share_a_launch():
     cases = [
         scanned("a", (2, 2), ("dp", "tp"), file="f1.py"),
         scanned("b", (2, 2), ("x", "y"), file="f2.py"),
-        scanned("c", (4,), None),
+        scanned("c", (4,), None, file="f0.py"),
+        scanned("d", (2,), None),
     ]
     groups = plan_groups(cases)
-    assert [(g.group_id, [c.name for c in g.cases]) for g in groups] == [("w4-2x2", ["a", "b"]), ("w4-4", ["c"])]
-    assert groups[0].mesh_dim_names == ("d0", "d1")
+    assert [(g.group_id, [c.name for c in g.cases]) for g in groups] == [("w2", ["d"]),
+                                                                        ("w4", ["c", "a", "b"])]
+    # the launch's first mesh is its first case's; every case keeps its own shape and names
+    assert (groups[1].mesh_shape, groups[1].mesh_dim_names) == ((4,), ("d0",))
+    assert [c.mesh_shape for c in groups[1].cases] == [(4,), (2, 2), (2, 2)]
 
 
-def test_cases_share_a_launch_by_shape_whatever_their_names_and_solo_gets_its_own():
+def test_cases_share_a_launch_by_world_size_whatever_their_names_and_solo_gets_its_own():
     cases = [
         scanned("plain", (2, 2), ("dp", "tp")),
         scanned("mc2", (2, 2), ("dp", "tp"), needs_mesh=True, lineno=2),
@@ -32,9 +36,9 @@ def test_cases_share_a_launch_by_shape_whatever_their_names_and_solo_gets_its_ow
     ]
     groups = plan_groups(cases)
     ids = {g.group_id: [c.name for c in g.cases] for g in groups}
-    assert ids == {"w4-2x2": ["plain", "mc2", "other_names"], "w4-4": ["flat"], "w4-2x2-solo-alone": ["alone"]}
+    assert ids == {"w4": ["plain", "mc2", "other_names", "flat"], "w4-solo-alone": ["alone"]}
     # the launch's own mesh has label names; each case still declares (and gets) its own
-    assert {g.group_id: g.mesh_dim_names for g in groups}["w4-2x2"] == ("d0", "d1")
+    assert {g.group_id: g.mesh_dim_names for g in groups}["w4"] == ("d0", "d1")
 
 
 def test_order_is_deterministic_whatever_the_input_order():

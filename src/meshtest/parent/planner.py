@@ -1,12 +1,14 @@
 """Suite planning: select cases and group them into launches (seed 000 §3.4, §8.6).
 
-One group is one launch of ``prod(mesh_shape)`` ranks that runs its cases in a fixed order.
-Cases share a group when their meshes have the same shape: the launch's mesh has names
-normalised by ndim (``d0, d1, ...``), and a case that declares axis names (an op case, a
-scenario, a training case) gets a mesh of the same shape with its own names, made once per
-launch by every rank in plan order (:func:`meshtest.rank.entry.run_plan`). So a 2-rank ``tp``
-scenario and a 2-rank ``dp`` training case share one launch. ``solo_launcher=True`` cases get
-a group of their own.
+One group is one launch of ``w`` ranks that runs its cases in a fixed order. Cases share a
+group when their meshes have the same number of ranks (``w = prod(mesh_shape)``), whatever
+their shapes and axis names: every rank makes each case's mesh (its shape; its axis names, or
+``d0, d1, ...`` when the names are labels only) once per launch, in plan order, over the same
+ranks (:func:`meshtest.rank.entry.run_plan`). So ``(2, 2)`` and ``(4,)`` op cases, a 2-rank
+``tp`` scenario and a 2-rank ``dp`` training case share their launches: on a device node a
+launch's start-up (HCCL initialisation) costs more than dozens of cases (seed 000 §9.2), and
+``tools/packing_model.py`` measures what each launch saved is worth. ``solo_launcher=True``
+cases get a group of their own.
 
 A training case with phases (``TrainCase(phases=...)``) becomes one group per phase, each a
 launch of its own on the phase's mesh, after every other group and in phase order, so that the
@@ -14,9 +16,10 @@ processes of a phase exit before the next phase starts (a real stop, not an in-p
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from dataclasses import dataclass, replace
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import SelectionError
 from ..model import rules
@@ -108,15 +111,17 @@ def plan_local_groups(cases: Sequence[ScannedCase], parts: int,
 
 def _group_key(c: ScannedCase) -> tuple:
     solo = c.name if c.solo_launcher else ""
-    return (c.world_size, c.mesh_shape, normalised_dim_names(len(c.mesh_shape)), solo)
+    return (c.world_size, solo)
 
 
 def plan_groups(cases: Iterable[ScannedCase]) -> List[Group]:
-    """Group ``cases`` into launches.
+    """Group ``cases`` into launches: ``w<ranks>`` (``w4``), ``w<ranks>-solo-<case>``, and the
+    phase groups of phased cases (:func:`phase_groups`).
 
-    Order is deterministic: groups by (world size, mesh shape, solo case name);
-    cases inside a group by (file, line). Every rank of a launch reads the same plan file,
-    so all ranks run the same cases in the same order (seed 000 C2).
+    Order is deterministic: groups by (world size, solo case name); cases inside a group by
+    (file, line). A group's ``mesh_shape`` is its first case's (the launch's first mesh). Every
+    rank of a launch reads the same plan file, so all ranks run the same cases in the same
+    order (seed 000 C2).
     """
     buckets: Dict[tuple, List[ScannedCase]] = {}
     phased = []
@@ -127,17 +132,137 @@ def plan_groups(cases: Iterable[ScannedCase]) -> List[Group]:
         buckets.setdefault(_group_key(c), []).append(c)
     groups = []
     for key in sorted(buckets):
-        ws, shape, names, solo = key
-        gid = f"w{ws}-" + "x".join(map(str, shape))
-        if names != normalised_dim_names(len(shape)):
-            gid += "-" + ".".join(names)
+        ws, solo = key
+        gid = f"w{ws}"
         if solo:
             gid += "-solo-" + "".join(ch if ch.isalnum() or ch in "_.-" else "_" for ch in solo)
         members = tuple(sorted(buckets[key], key=lambda c: (c.file, c.lineno)))
-        groups.append(Group(gid, shape, names, members))
+        shape = members[0].mesh_shape
+        groups.append(Group(gid, shape, normalised_dim_names(len(shape)), members))
     for c in sorted(phased, key=lambda c: (c.file, c.lineno)):
         groups.extend(phase_groups(c))
     return groups
+
+
+def split_groups(groups: Sequence[Group], slots: int, durations: Optional[Mapping[str, float]] = None,
+                 startup_s: Callable[[int], float] = lambda w: 0.0) -> List[Group]:
+    """Split long launch groups so that their parts run at once on free slots (``--pack fill``).
+
+    A group of ``w`` ranks whose cases take ``T`` seconds in all becomes ``k`` launches,
+    ``k = min(slots // w, cases, floor(T / startup_s(w)))`` (at least 1): a part carries at
+    least one launch start-up's worth of case time, so splitting never spends more on start-up
+    than it saves. Case time is the recorded duration (``durations``, seconds by case name), or
+    the mean of the recorded ones, or 1 s per case. The parts are balanced longest case first,
+    each keeping plan order, and named ``<group>.part<i>of<k>``. Phase groups and solo
+    launchers are kept whole; so is every group when ``startup_s`` is 0 (nothing to weigh).
+    """
+    known = [durations[c.name] for g in groups for c in g.cases if durations and c.name in durations]
+    default = sum(known) / len(known) if known else 1.0
+
+    def weight(c: ScannedCase) -> float:
+        return (durations or {}).get(c.name, default)
+
+    out: List[Group] = []
+    for g in groups:
+        start = startup_s(g.world_size)
+        total = sum(weight(c) for c in g.cases)
+        k = 1
+        if g.lane == "ranks" and g.phase is None and "-solo-" not in g.group_id and start > 0:
+            k = max(1, min(slots // g.world_size, len(g.cases), int(total // start)))
+        if k == 1:
+            out.append(g)
+            continue
+        loads, parts = [0.0] * k, [[] for _ in range(k)]
+        for c in sorted(g.cases, key=lambda c: -weight(c)):
+            i = loads.index(min(loads))
+            parts[i].append(c)
+            loads[i] += weight(c)
+        position = {c.name: n for n, c in enumerate(g.cases)}
+        out.extend(replace(g, group_id=f"{g.group_id}.part{i}of{k}",
+                           cases=tuple(sorted(p, key=lambda c: position[c.name])))
+                   for i, p in enumerate(parts, start=1))
+    return out
+
+
+#: Seconds a launch's start-up costs, by device kind, then world size (``None``: any other):
+#: what :func:`split_groups` and :class:`LaunchSchedule` weigh case time against. ``cpu``:
+#: torchrun + gloo init + 1-D DeviceMesh + destroy, measured on the project's 2-core machines
+#: (WORKSPACE-notes.md, "Batching"); ``npu``: seed 000 §9.2, the one-launch-per-case framework
+#: took 158 s for 6 cases on Torch NPU (hccl), so a launch's start-up is about 26.3 s.
+LAUNCH_STARTUP_S: Dict[str, Dict[Optional[int], float]] = {
+    "cpu": {1: 4.4, 2: 4.4, 4: 6.5, None: 11.0},
+    "npu": {None: 158.0 / 6},
+    "cuda": {None: 158.0 / 6},
+}
+
+
+def startup_s(device_kind: str, world_size: int) -> float:
+    """A launch's start-up in seconds (:data:`LAUNCH_STARTUP_S`)."""
+    table = LAUNCH_STARTUP_S.get(device_kind, LAUNCH_STARTUP_S["npu"])
+    return table.get(world_size, table[None])
+
+
+def launch_cost(group: Group, durations: Optional[Mapping[str, float]], device_kind: str) -> float:
+    """Estimated seconds of a launch: its start-up plus its cases' recorded durations (the mean of
+    the recorded ones, or 1 s, for a case without)."""
+    known = list((durations or {}).values())
+    default = sum(known) / len(known) if known else 1.0
+    return startup_s(device_kind, group.world_size) + sum((durations or {}).get(c.name, default)
+                                                          for c in group.cases)
+
+
+@dataclass
+class LaunchSchedule:
+    """Which launch starts next on a run's slots: the groups not started yet, the slots free, and
+    what runs on which slots (the runner's, and ``tools/packing_model.py``'s replay of it).
+
+    A group starts as soon as its processes fit in the free slots, highest priority first: the
+    longest chain of work it heads — its ``cost`` (estimated seconds; default: its case count)
+    times one plus its later phases, a phased case's launches being a chain that cannot overlap —
+    then the largest. A later phase starts only after the earlier one finished, and only if it
+    passed (``held``, by case name).
+    """
+
+    pending: List[Group]
+    free: List[int]
+    cost: Optional[Callable[[Group], float]] = None
+    running: Dict[str, Tuple[Group, List[int]]] = dataclasses.field(default_factory=dict)
+
+    def _priority(self, g: Group) -> tuple:
+        later = g.phase[1] - g.phase[0] if g.phase else 0
+        cost = self.cost(g) if self.cost is not None else len(g.cases)
+        return (-cost * (1 + later), -g.processes, g.group_id)
+
+    def startable(self, held: Mapping[str, object]) -> Optional[Group]:
+        """The next group to start now, or ``None`` (nothing fits or may start yet). A later phase
+        whose earlier phase did not pass is dropped from ``pending`` (its outcome is the case's)."""
+        for g in sorted(self.pending, key=self._priority):
+            if g.phase is not None and g.phase[0] > 1:
+                if self._earlier_phase_open(g):
+                    continue
+                if g.cases[0].name not in held:
+                    self.pending.remove(g)
+                    return self.startable(held)
+            if g.processes <= len(self.free):
+                return g
+        return None
+
+    def _earlier_phase_open(self, g: Group) -> bool:
+        name = g.cases[0].name
+        return any(o.phase is not None and o.cases[0].name == name and o.phase[0] < g.phase[0]
+                   for o in self.pending + [og for og, _ in self.running.values()])
+
+    def take(self, g: Group) -> List[int]:
+        """Start ``g``: its slots (the lowest free ones)."""
+        self.pending.remove(g)
+        slots, self.free = self.free[:g.processes], self.free[g.processes:]
+        self.running[g.group_id] = (g, slots)
+        return slots
+
+    def give_back(self, group_id: str) -> None:
+        """``group_id`` ended: its slots are free again."""
+        _, slots = self.running.pop(group_id)
+        self.free = sorted(self.free + slots)
 
 
 def phase_groups(case: ScannedCase) -> List[Group]:

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..contract import DEFAULT_CASE_TIMEOUT_S, CaseOutcome
 from ..errors import SelectionError
@@ -32,11 +32,21 @@ from ..platforms.backend import backend_info
 from ..report import reporter
 from ..report.html import write_html_report
 from ..report.junit import write_junit
-from ..report.results import write_results
+from ..report.results import recorded_durations, write_results
 from ..status import Status
 from . import outcomes, relaunch
 from .launch import LaunchResult, RankWatcher, describe_exit, free_port, launch, rendezvous_clashed, salvage
-from .planner import Group, lane_of, plan_groups, plan_local_groups, select_cases
+from .planner import (
+    Group,
+    LaunchSchedule,
+    lane_of,
+    launch_cost,
+    plan_groups,
+    plan_local_groups,
+    select_cases,
+    split_groups,
+    startup_s,
+)
 from .progress import ProgressBoard
 from .slots import DEFAULT_SLOTS, SlotLease, SlotPool, SlotRequestError, default_slot_dir
 
@@ -79,6 +89,13 @@ class RunOptions:
     lane: str = ""
     #: processes the local lane runs at once (``0``: one per CPU core, at most the pool's slots)
     local_processes: int = 0
+    #: ``"launches"``: hold the largest launch's slots (or ``device_need``) and run the launches
+    #: as they fit; ``"fill"``: hold up to every slot of the pool, split long groups
+    #: (:func:`meshtest.parent.planner.split_groups`) and run the launches at once
+    pack: str = "launches"
+    #: ``results.jsonl`` files or directories of earlier runs whose case durations weigh splits
+    #: and launch order (:func:`meshtest.report.results.recorded_durations`)
+    durations_from: Tuple[str, ...] = ()
 
 
 #: Values of ``RunOptions.collective_checks`` / ``--collective-checks``.
@@ -289,6 +306,7 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     cases, scan_errors, scan_notes = scan_files(files)
     selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns))
     lane = opts.lane or lane_of(opts.tag_filters)
+    durations = recorded_durations(opts.durations_from) if opts.durations_from else {}
     if lane == "local":
         if not backend_info(opts.platform).local_target:
             raise SelectionError(f"platform {opts.platform!r} has no one-process lane (--tag={LOCAL_LANE_TAG})")
@@ -297,6 +315,9 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     else:
         groups = plan_groups(selected)
         need = device_need(groups, opts.device_need)
+        if opts.pack == "fill":
+            groups = split_groups(groups, opts.slots, durations, lambda w: startup_s(opts.device_kind, w))
+            need = max(need, min(opts.slots, sum(g.processes for g in groups)))
     result = RunResult(outcomes=list(scan_errors))
     with open(os.path.join(opts.artifacts_dir, "summary.txt"), "w", encoding="utf-8") as summary:
         def emit(lines: Sequence[str]) -> None:
@@ -308,7 +329,8 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             emit(scan_notes)
             emit([reporter.format_outcome(o) for o in scan_errors])
             if groups:
-                _run_on_slots(groups, opts, need, opts.target or _label(files), len(selected), result, emit, stream)
+                _run_on_slots(groups, opts, need, opts.target or _label(files), len(selected), result, emit, stream,
+                              lambda g: launch_cost(g, durations, opts.device_kind))
         except BaseException as e:  # SIGTERM (SystemExit), Ctrl-C: keep what was recorded so far
             salvaged = _salvage_in_flight(result) + [
                 replace(o, status=Status.NOT_RUN, detail=f"{o.detail}; run interrupted before its next phase")
@@ -332,17 +354,17 @@ def local_processes(opts: RunOptions) -> int:
 
 
 def _run_on_slots(groups: Sequence[Group], opts: RunOptions, need: int, label: str, selected: int,
-                  result: RunResult, emit, stream) -> None:
+                  result: RunResult, emit, stream, cost=None) -> None:
     """Hold ``need`` slots of the pool (waiting in line) while the groups run, with a progress board."""
     pool = SlotPool(opts.slot_dir or default_slot_dir(), opts.slots)
     t0 = time.monotonic()
     before = len(result.outcomes)
     with pool.acquire(need, label) as lease:
         result.notes.append(f"device slots {lease.slots} of {opts.slots} held "
-                            f"(waited {time.monotonic() - t0:.1f}s; pool {pool.directory})")
+                            f"(waited {time.monotonic() - t0:.1f}s; pool {os.path.realpath(pool.directory)})")
         board = ProgressBoard(os.path.join(pool.directory, "progress"), label, selected, stream)
         try:
-            _run_groups(groups, opts, lease, result, emit, board)
+            _run_groups(groups, opts, lease, result, emit, board, cost)
         finally:
             board.finish(len(result.outcomes) - before)
 
@@ -368,57 +390,15 @@ class LaunchAborted(Exception):
     """Raised inside a launch's poll loop when the run is interrupted: the launch is killed."""
 
 
-@dataclass
-class _Schedule:
-    """The groups not started yet, the slots free, and what runs on which slots.
-
-    A group starts as soon as its processes fit in the free slots (the largest that fits first,
-    so that a big launch is not kept waiting behind small ones); a later phase of a phased case
-    starts only after the earlier phase finished, and only if it passed (``held``).
-    """
-
-    pending: List[Group]
-    free: List[int]
-    running: Dict[str, Tuple[Group, List[int]]] = field(default_factory=dict)
-
-    def startable(self, held: Mapping[str, CaseOutcome]) -> Optional[Group]:
-        for g in sorted(self.pending, key=lambda g: -g.processes):
-            if g.phase is not None and g.phase[0] > 1:
-                name = g.cases[0].name
-                if self._earlier_phase_open(g):
-                    continue
-                if name not in held:  # an earlier phase did not pass: its outcome is the case's
-                    self.pending.remove(g)
-                    return self.startable(held)
-            if g.processes <= len(self.free):
-                return g
-        return None
-
-    def _earlier_phase_open(self, g: Group) -> bool:
-        name = g.cases[0].name
-        return any(o.phase is not None and o.cases[0].name == name and o.phase[0] < g.phase[0]
-                   for o in self.pending + [og for og, _ in self.running.values()])
-
-    def take(self, g: Group) -> List[int]:
-        self.pending.remove(g)
-        slots, self.free = self.free[:g.processes], self.free[g.processes:]
-        self.running[g.group_id] = (g, slots)
-        return slots
-
-    def give_back(self, group_id: str) -> None:
-        _, slots = self.running.pop(group_id)
-        self.free = sorted(self.free + slots)
-
-
 def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, result: RunResult, emit,
-                board: Optional[ProgressBoard] = None) -> None:
+                board: Optional[ProgressBoard] = None, cost=None) -> None:
     """Run the groups into ``result``, each launch on its own slots of ``lease``, as many at once
     as the lease holds slots for (:class:`_Schedule`); outcomes are reported as each group ends
     and kept in plan order. A fail-fast run starts no group after a failure (the running ones
     finish) and reports the rest ``not_run``."""
     scan_errors = len(result.outcomes)  # a broken file fails by itself; it does not stop the others
     order = {g.group_id: i for i, g in enumerate(groups)}
-    sched = _Schedule(list(groups), sorted(lease.slots))
+    sched = LaunchSchedule(list(groups), sorted(lease.slots), cost)
     ended: "queue.Queue[Tuple[Group, object]]" = queue.Queue()
     abort = threading.Event()
     done_by_group: Dict[str, int] = {}
@@ -456,8 +436,10 @@ def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, res
                 slots = sched.take(group)
                 emit([f"-- launch {group.group_id}: " + (f"{len(group.cases)} case(s) in one process simulating "
                                                          "their ranks" if group.lane == "local" else
-                                                         f"mesh {group.mesh_shape} {group.mesh_dim_names}, "
-                                                         f"{len(group.cases)} case(s)") + f", slots {slots}"])
+                                                         f"{group.world_size} ranks, mesh(es) "
+                                                         + ", ".join(dict.fromkeys(str(c.mesh_shape)
+                                                                                   for c in group.cases))
+                                                         + f", {len(group.cases)} case(s)") + f", slots {slots}"])
                 group_dir = os.path.join(opts.artifacts_dir, "ranks", group.group_id)
                 result.in_flight[group.group_id] = (group, group_dir)
                 t = threading.Thread(target=work, args=(group, slots, group_dir), name=group.group_id, daemon=True)

@@ -215,19 +215,20 @@ def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend
     if backend.world_size() != math.prod(plan.mesh_shape):  # nproc == prod(mesh_shape) (seed 000 §3.4)
         raise RuntimeError(f"launch {plan.group_id} has {backend.world_size()} ranks but its mesh "
                            f"{plan.mesh_shape} needs {math.prod(plan.mesh_shape)}")
-    meshes = {plan.mesh_dim_names: backend.make_mesh(plan.mesh_shape, plan.mesh_dim_names)}
+    meshes: Dict[tuple, Any] = {}
     for sc in plan.cases:
         case = cases.get(sc.name)
         if sc.file in load_errors:
             out.emit(RankRecord(sc.name, sc.file, plan.group_id, rank, Status.ERROR, "load", 0.0, load_errors[sc.file]))
             status = Status.ERROR
         else:
-            # an op case whose axis names are labels still sees them (x.device_mesh["tp"]): the launch
-            # keeps one mesh per set of names, over the same ranks (every rank makes it, in plan order)
-            names = sc.mesh_dim_names or plan.mesh_dim_names
-            if names not in meshes:
-                meshes[names] = backend.make_mesh(plan.mesh_shape, names)
-            status = run_one(case, sc, plan, rank, backend, meshes[names], out)
+            # each case's own mesh (shape and axis names; an op case whose names are labels still sees
+            # them, x.device_mesh["tp"]): the launch keeps one mesh per (shape, names), over the same
+            # ranks, made by every rank when the first case needs it (plan order is the same on all)
+            key = (sc.mesh_shape, sc.mesh_dim_names or rules.normalised_dim_names(len(sc.mesh_shape)))
+            if key not in meshes:
+                meshes[key] = backend.make_mesh(*key)
+            status = run_one(case, sc, plan, rank, backend, meshes[key], out)
         # Every rank, after every case: a bounded barrier. A rank that skipped a collective waits
         # here instead of pairing with its peers' next case. Only rank 0 applies the fence timeout
         # (gloo's monitored_barrier); the others wait at most the process-group timeout, which the

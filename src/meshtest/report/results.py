@@ -31,6 +31,30 @@ def read_results(path: str) -> List[CaseOutcome]:
         return [CaseOutcome.from_json(json.loads(line), f"{path}:{n}") for n, line in enumerate(f, 1) if line.strip()]
 
 
+def recorded_durations(paths: Sequence[str]) -> Dict[str, float]:
+    """Case name → seconds (its slowest rank's, ``slowest_s``) on real ranks, from ``results.jsonl``
+    files: each path is such a file, or a directory holding one directly or one level down (a
+    ``dist/test`` tree). The newest file wins; the one-process lane's results (launch group
+    ``local-...``) are left out: they cost something else.
+
+    :raises meshtest.contract.ContractError: a line is not a case outcome.
+    """
+    import glob
+
+    files = set()
+    for p in paths:
+        if os.path.isfile(p):
+            files.add(p)
+        for pattern in ("results.jsonl", os.path.join("*", "results.jsonl")):
+            files.update(glob.glob(os.path.join(p, pattern)) if os.path.isdir(p) else ())
+    out: Dict[str, float] = {}
+    for path in sorted(files, key=os.path.getmtime):
+        for o in read_results(path):
+            if not o.group.startswith("local-") and o.slowest_s > 0:
+                out[o.case] = o.slowest_s
+    return out
+
+
 def collect(root: str) -> Dict[str, List[CaseOutcome]]:
     """``{test run dir: [outcome, ...]}`` from ``<root>/<dir>/results.jsonl``, one level deep
     (the per-file copies under ``<dir>/targets/`` are not read twice); ``{}`` when ``root`` is

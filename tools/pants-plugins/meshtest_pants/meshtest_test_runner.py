@@ -47,6 +47,7 @@ from meshtest_pants.runner_command import (
     SANDBOX_HOME,
     SLOTS_CACHE_NAME,
     SLOTS_DIR,
+    batch_key,
     forwarded_tag_filters,
     runner_argv,
     runner_env,
@@ -89,23 +90,12 @@ class MeshtestPartitionMetadata:
     description: str
 
 
-def partition_key(field_set: MeshtestCaseFieldSet, batch: bool, lane: str = "ranks") -> tuple[str, ...]:
-    """Case files with equal keys run in one process, which starts each launch group once.
-
-    A file whose scan failed is alone (it fails by itself); with `[meshtest].batch` off every
-    file is alone (per-file caching, one launch per file and mesh group). In the one-process
-    lane (`--tag=cpu_local`) the files of a platform share one process, which splits their
-    cases over one simulating process per CPU core.
-    """
-    if field_set.parse_error.value is not None or not batch:
-        return ("file", field_set.address.spec)
-    if lane == "local":
-        return (field_set.platform.value, field_set.resolve.value or "", "local")
-    return (
-        field_set.platform.value,
-        field_set.resolve.value or "",
-        *sorted(field_set.launch_groups.value or ()),
-    )
+def partition_key(field_set: MeshtestCaseFieldSet, batch: bool, lane: str = "ranks",
+                  pack: str = "launches") -> tuple[str, ...]:
+    """Case files with equal keys run in one process (`runner_command.batch_key`)."""
+    return batch_key(field_set.platform.value, field_set.resolve.value or "", field_set.launch_groups.value or (),
+                     file=field_set.address.spec, broken=field_set.parse_error.value is not None, batch=batch,
+                     lane=lane, pack=pack)
 
 
 def partition_description(key: tuple[str, ...], field_sets) -> str:
@@ -115,7 +105,7 @@ def partition_description(key: tuple[str, ...], field_sets) -> str:
         return key[1]
     first = min(fs.address.spec for fs in field_sets)
     more = f" +{len(field_sets) - 1}" if len(field_sets) > 1 else ""
-    what = "local lane" if key[2:] == ("local",) else "+".join(key[2:]) or "no launch"
+    what = {("local",): "local lane", ("fill",): "filling the slots"}.get(key[2:]) or "+".join(key[2:]) or "no launch"
     return f"{first}{more} ({key[0]} {what})"
 
 
@@ -128,7 +118,7 @@ async def partition_meshtest_case_files(
     lane = lane_of(forwarded_tag_filters(global_options.tag))
     by_key: dict[tuple[str, ...], list[MeshtestCaseFieldSet]] = {}
     for field_set in request.field_sets:
-        by_key.setdefault(partition_key(field_set, meshtest.batch, lane), []).append(field_set)
+        by_key.setdefault(partition_key(field_set, meshtest.batch, lane, meshtest.pack.value), []).append(field_set)
     return Partitions(
         Partition(tuple(sorted(field_sets, key=lambda fs: fs.address.spec)),
                   MeshtestPartitionMetadata(partition_description(key, field_sets)))
@@ -204,6 +194,7 @@ async def setup_meshtest_runner_for_case_files(
                 tag_filters=forwarded_tag_filters(global_options.tag),
                 device_need=max(fs.device_need.value or 0 for fs in request.field_sets),
                 target=request.description,
+                pack=meshtest.pack.value,
             ),
             extra_env=runner_env(
                 source_roots=sources.source_roots,

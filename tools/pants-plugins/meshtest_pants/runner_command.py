@@ -20,6 +20,28 @@ SLOTS_CACHE_NAME = "meshtest_slots"
 SLOTS_DIR = ".meshtest-slots"
 
 
+def batch_key(platform: str, resolve: str, launch_groups: Iterable[str], *, file: str = "", broken: bool = False,
+              batch: bool = True, lane: str = "ranks", pack: str = "launches") -> tuple[str, ...]:
+    """Which test process a case file's target runs in: targets with equal keys share one
+    (the plugin's partitioner; `tools/packing_model.py` replays it).
+
+    A file whose scan failed is alone (it fails by itself); with `[meshtest].batch` off every
+    file is alone (per-file caching, one launch per file and mesh group). In the one-process
+    lane (`--tag=cpu_local`) the files of a platform share one process, which splits their
+    cases over one simulating process per CPU core. With `[meshtest].pack = "fill"` the files
+    of a platform share one process, which holds up to every device slot and runs its launches
+    at once (a device node, where launch start-up dominates). Otherwise files with the same
+    platform, resolve and launch groups share one, which starts each launch once for all of them.
+    """
+    if broken or not batch:
+        return ("file", file)
+    if lane == "local":
+        return (platform, resolve, "local")
+    if pack == "fill":
+        return (platform, resolve, "fill")
+    return (platform, resolve, *sorted(launch_groups))
+
+
 def forwarded_tag_filters(global_tags: Iterable[str]) -> tuple[str, ...]:
     """Pants' `--tag` values, forwarded verbatim as the runner's `--tag` values.
 
@@ -40,6 +62,7 @@ def runner_argv(
     tag_filters: Iterable[str],
     device_need: int,
     target: str,
+    pack: str = "launches",
 ) -> tuple[str, ...]:
     """Arguments after the interpreter: `-m meshtest run ... <case_file>...`.
 
@@ -56,6 +79,7 @@ def runner_argv(
         f"--device-kind={device_kind}",
         f"--device-need={device_need}",
         f"--target={target}",
+        *((f"--pack={pack}",) if pack != "launches" else ()),
         *(f"--gate={gate}" for gate in gates),
         *(f"--tag={tag}" for tag in tag_filters),
         *case_files,

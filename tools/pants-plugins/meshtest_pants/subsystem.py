@@ -9,6 +9,13 @@ from pants.option.subsystem import Subsystem
 from pants.util.strutil import help_text
 
 
+class Pack(Enum):
+    """How test processes take device slots (`python -m meshtest run --pack`)."""
+
+    launches = "launches"
+    fill = "fill"
+
+
 class DeviceKind(Enum):
     """Devices the runner can place ranks on."""
 
@@ -52,6 +59,20 @@ class MeshtestSubsystem(Subsystem):
             one test process, which starts each launch once for all of them. Off: one process
             per file (per-file caching; one launch per file and mesh group). See
             WORKSPACE-notes.md, "Batching", for the trade-off.
+            """
+        ),
+    )
+    pack = EnumOption(
+        default=Pack.launches,
+        help=help_text(
+            """
+            `launches` (default): case files that plan into the same launch groups share a test
+            process, which holds its largest launch's device slots and starts launches as they fit.
+            `fill`: the case files of a platform share one process, which holds up to every slot
+            of the pool, splits long launch groups and runs its launches at once — for a device
+            node, where a launch's start-up (HCCL initialisation) costs more than many cases
+            (`python3 tools/bench.py --model npu8` compares the two). Coarser caching: one
+            changed case file reruns the whole batch.
             """
         ),
     )

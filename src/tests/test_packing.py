@@ -1,0 +1,77 @@
+"""Packing launches onto a run's slots: splitting long groups, the launch order, and the
+device-time model that replays the real plan (tools/packing_model.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from meshtest.parent.planner import Group, LaunchSchedule, launch_cost, split_groups, startup_s
+from tests.helpers import scanned
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+
+
+def _group(gid, n, world=2, **kw):
+    return Group(gid, (world,), ("d0",), tuple(scanned(f"{gid}_{i}", (world,), lineno=i) for i in range(n)), **kw)
+
+
+def test_a_long_group_is_split_into_balanced_parts_that_each_outweigh_a_start_up():
+    g = _group("w2", 10)
+    durations = {f"w2_{i}": 10.0 for i in range(10)}
+    parts = split_groups([g], slots=8, durations=durations, startup_s=lambda w: 20.0)
+    # 100 s of cases, 20 s start-up: at most 5 parts, at most 8 // 2 = 4 at once
+    assert [p.group_id for p in parts] == [f"w2.part{i}of4" for i in range(1, 5)]
+    assert sorted(len(p.cases) for p in parts) == [2, 2, 3, 3]
+    assert sorted(c.name for p in parts for c in p.cases) == sorted(c.name for c in g.cases)
+    for p in parts:  # plan order kept inside a part
+        assert [c.lineno for c in p.cases] == sorted(c.lineno for c in p.cases)
+    assert split_groups([g], slots=8, durations=durations, startup_s=lambda w: 60.0) == [g]  # 100 s < 2 start-ups
+    assert split_groups([g], slots=3, durations=durations, startup_s=lambda w: 1.0) == [g]  # one launch fits
+    assert split_groups([g], slots=8) == [g]  # no start-up to weigh: nothing split
+    phase = _group("w2-2-phase1of2-x", 10, phase=(1, 2))
+    assert split_groups([phase], slots=8, durations=durations, startup_s=lambda w: 1.0) == [phase]
+
+
+def test_start_up_costs_by_device_kind_and_the_launch_estimate():
+    assert startup_s("cpu", 2) == 4.4 and startup_s("cpu", 8) == 11.0
+    assert round(startup_s("npu", 8), 1) == 26.3 and startup_s("npu", 2) == startup_s("npu", 8)
+    g = _group("w2", 3)
+    assert launch_cost(g, {"w2_0": 2.0, "w2_1": 4.0}, "cpu") == 4.4 + 2.0 + 4.0 + 3.0  # unrecorded: the mean
+
+
+def test_the_longest_chain_of_work_starts_first():
+    long_chain = _group("p1", 1, phase=(1, 3))
+    big = _group("big", 2, world=4)
+    s = LaunchSchedule([big, long_chain], list(range(8)), cost=lambda g: 10.0)
+    assert s.startable({}).group_id == "p1"  # 10 s x 3 phases outweighs 10 s
+    s2 = LaunchSchedule([big, long_chain], list(range(8)), cost=lambda g: 40.0 if g is big else 10.0)
+    assert s2.startable({}).group_id == "big"
+
+
+def test_the_model_replays_the_real_level0_plan_and_fill_beats_the_plan_before():
+    import packing_model as pm
+
+    durations = {}
+    covered = {}
+    for rule in pm.RULES:
+        r = pm.simulate("cpu_level0", rule, pm.MODELS["npu8"], durations)
+        covered[rule] = sorted(name for _, _, label, _ in r.log for name in [label])
+        assert r.peak_ranks <= 8 and 0 < r.utilization <= 1
+        assert r.launches == len(r.log)
+    cases = {rule: sorted(c.name for b in pm.plan_batches("cpu_level0", rule) for c in b.cases) for rule in pm.RULES}
+    assert cases["before"] == cases["launches"] == cases["fill"] and len(cases["fill"]) > 500
+    before = pm.simulate("cpu_level0", "before", pm.MODELS["npu8"], durations)
+    fill = pm.simulate("cpu_level0", "fill", pm.MODELS["npu8"], durations)
+    assert fill.wall_s < before.wall_s and fill.launches < before.launches
+
+
+def test_bench_model_prints_every_rule_side_by_side():
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "tools", "bench.py"), "--model", "npu8"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("model npu8: 8 slots, launch start-up 26.3 s")
+    assert [ln.split()[0] for ln in lines[1:4]] == ["before", "launches", "fill"]
+    assert "slot-time utilization" in lines[3]
