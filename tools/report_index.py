@@ -9,7 +9,12 @@ its counts by status, its slowest case, its failing cases, and relative links to
 Failing targets come first. Static HTML, no scripts, no server needed: it reads from a CI
 artifact store or a local ``dist/``.
 
-Usage: ``python3 tools/report_index.py [dist/test]``; prints where the index is. Exit code 0
+Above the table: the device slot pool's timeline of the newest run (one row per slot, one bar per
+launch, start-up pale, idle time blank, utilization printed; :mod:`meshtest.report.timeline`),
+from the pool's audit log at its stable location (``--slot-dir=DIR``, else ``$MESHTEST_SLOT_DIR``,
+else the Pants named cache ``~/.cache/pants/named_caches/meshtest_slots``).
+
+Usage: ``python3 tools/report_index.py [dist/test] [--slot-dir=DIR]``; prints where the index is. Exit code 0
 (the pass/fail verdict is ``tools/results_summary.py``'s). Stdlib only (CI runs it with the
 system ``python3``): it reads the runs with meshtest's own ``meshtest.report.results.collect``
 and judges them with ``meshtest.status``; templating: :class:`string.Template`, every value
@@ -20,12 +25,15 @@ from __future__ import annotations
 import html
 import os
 import sys
+import time
 from string import Template
 from typing import Dict, List, Optional, Sequence
 from urllib.parse import quote
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 from meshtest.contract import CaseOutcome  # noqa: E402
+from meshtest.parent.slots import read_audit  # noqa: E402
+from meshtest.report import timeline  # noqa: E402
 from meshtest.report.results import collect  # noqa: E402
 from meshtest.status import REPORT_ORDER, Status  # noqa: E402
 
@@ -41,6 +49,8 @@ tr.failing{background:#f8d0d0} tr.passing{background:#d9f2d9} td.zero{color:#aaa
 </style></head><body>
 <h1>meshtest results</h1>
 <p id="overall">$overall</p>
+<section id="slots"><h2>device slots</h2><p id="pool">$pool</p>
+$timeline</section>
 <table id="targets"><tr><th>target</th><th>verdict</th>$status_headers<th>cases</th><th>slowest case</th>\
 <th>failing cases</th><th>files</th></tr>
 $rows
@@ -120,8 +130,38 @@ def _row(root: str, target: str, outcomes: Sequence[CaseOutcome], statuses: Sequ
         files=" ".join(files))
 
 
-def render(root: str, found: Dict[str, List[CaseOutcome]]) -> str:
-    """The index page for ``found`` (``collect(root)``); links are relative to ``root``."""
+def default_pool() -> str:
+    """Where the slot pool's audit log is: ``$MESHTEST_SLOT_DIR``, else the Pants named cache
+    ``~/.cache/pants/named_caches/meshtest_slots`` that every ``./pants test`` process shares."""
+    return os.environ.get("MESHTEST_SLOT_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "pants", "named_caches", "meshtest_slots")
+
+
+#: How many of the pool's newest runs the index draws, newest first.
+RUNS_DRAWN = 3
+
+
+def slots_section(pool: str) -> tuple:
+    """(summary line, HTML) for ``pool``'s audit log: the newest run's figures, and a timeline of
+    each of the :data:`RUNS_DRAWN` newest runs (:mod:`meshtest.report.timeline`)."""
+    records = read_audit(pool)
+    where = os.path.realpath(pool)
+    runs = timeline.sessions(records)[-RUNS_DRAWN:][::-1]
+    if not runs:
+        return f"no slot audit log at {where}/audit.jsonl", ""
+    drawn = []
+    for i, run in enumerate(runs):
+        tl = timeline.build(run)
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(tl.start))
+        drawn.append(f'<div class="slot-run" data-run="{i}"><p>{"newest run" if i == 0 else "earlier run"}, '
+                     f"started {html.escape(when)}: {html.escape(timeline.summary(tl, where))}</p>"
+                     + timeline.render_svg(tl) + "</div>")
+    return timeline.summary(timeline.build(runs[0]), where), "\n".join(drawn)
+
+
+def render(root: str, found: Dict[str, List[CaseOutcome]], pool: Optional[str] = None) -> str:
+    """The index page for ``found`` (``collect(root)``); links are relative to ``root``; the
+    slot timeline from ``pool``'s audit log (default :func:`default_pool`)."""
     statuses = list(REPORT_ORDER)
     order = sorted(found, key=lambda t: (not is_failing(found[t]), t))
     rows = [_row(root, t, found[t], statuses) for t in order]
@@ -131,26 +171,30 @@ def render(root: str, found: Dict[str, List[CaseOutcome]]) -> str:
     failing = sum(is_failing(found[t]) for t in found)
     overall = (f"{len(found)} test runs, {failing} failing; cases: "
                + (", ".join(f"{s}={total[s]}" for s in statuses if total.get(s)) or "none"))
-    return _fill(_PAGE, raw=("status_headers", "rows"), title=root, overall=overall,
+    pool_line, svg = slots_section(pool or default_pool())
+    return _fill(_PAGE, raw=("status_headers", "rows", "timeline"), title=root, overall=overall, pool=pool_line,
+                 timeline=svg,
                  status_headers="".join(_fill(_STATUS_HEADER, status=s) for s in statuses), rows="\n".join(rows))
 
 
-def write_index(root: str) -> str:
+def write_index(root: str, pool: Optional[str] = None) -> str:
     """Write ``<root>/index.html`` over the test runs under ``root``; return its path."""
     path = os.path.join(root, "index.html")
-    page = render(root, collect(root))
+    page = render(root, collect(root), pool)
     with open(path, "w", encoding="utf-8") as f:
         f.write(page)
     return path
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    argv = sys.argv if argv is None else argv
-    root = argv[1] if len(argv) > 1 else os.path.join("dist", "test")
+    argv = list(sys.argv if argv is None else argv)
+    pools = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--slot-dir=")]
+    args = [a for a in argv[1:] if not a.startswith("--slot-dir=")]
+    root = args[0] if args else os.path.join("dist", "test")
     if not os.path.isdir(root):
         print(f"report index: no {root}/ (no test results); nothing written")
         return 0
-    path = write_index(root)
+    path = write_index(root, pools[-1] if pools else None)
     print(f"report index: {os.path.abspath(path)} (targets → cases → ranks; open it in a browser, no server needed)")
     return 0
 

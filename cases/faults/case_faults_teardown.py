@@ -34,5 +34,6 @@ register(OpShardCase(name="teardown_abort_after_results", fn=abort_in_teardown, 
                      placements=[(Shard(0),)], mesh_shape=(2,), tags=FAULTS))
 register(OpShardCase(name="teardown_fine", fn=doubled, inputs=[InputSpec((4, 4))],
                      placements=[(Shard(0),)], mesh_shape=(2,), tags=FAULTS))
+# a launch of its own: the first two cases' launch must end normally (then abort in teardown)
 register(OpShardCase(name="teardown_abort_before_recording", fn=abort_now, inputs=[InputSpec((4, 4))],
-                     placements=[(Shard(0), Replicate())], mesh_shape=(2, 1), tags=FAULTS))
+                     placements=[(Shard(0), Replicate())], mesh_shape=(2, 1), tags=FAULTS, solo_launcher=True))

@@ -90,7 +90,7 @@ def test_slots_reach_ranks_and_a_need_above_the_pool_fails_fast(tmp_path):
     assert "device slots [0, 1, 2, 3] of 8 held" in proc.stdout
     assert "device slots [0, 1]" in (tmp_path / "o" / "ranks" / "w2" / "rank1.log").read_text()
     events = [json.loads(line)["event"] for line in (slot_dir / "audit.jsonl").read_text().splitlines()]
-    assert events == ["wait", "acquire", "launch", "release"]
+    assert events == ["wait", "acquire", "launch", "launch_end", "release"]
     proc = subprocess.run([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(tmp_path / "o2"),
                            "--slot-dir", str(slot_dir), "--slots", "1", "--target", "cases:e2e"],
                           capture_output=True, text=True, env=env, timeout=60)

@@ -198,6 +198,42 @@ def _artifacts(root: Path) -> None:
     (root / "src.tests.test_scan.py" / "notes.txt").write_text("not a test run\n")
 
 
+def _audit(slot_dir: Path) -> None:
+    """A pool's audit log with an older run (t≈1000, left out) and the newest: target A holds slots
+    0-3 for a 2-rank and then a 4-rank launch, target B slots 4-5 for a 2-rank launch."""
+    def rec(t, event, target, slots, pid, **extra):
+        return {"t": t, "event": event, "target": target, "slots": slots, "need": len(slots), "pid": pid,
+                "size": 8, **extra}
+    records = [
+        rec(1000, "acquire", "old", [0, 1], 7), rec(1001, "launch", "old", [0, 1], 7, group="w2", cases=3),
+        rec(1009, "launch_end", "old", [0, 1], 7, group="w2", wall_s=8, startup_s=2), rec(1010, "release", "old", [0, 1], 7),
+        rec(5000, "acquire", "A", [0, 1, 2, 3], 1),
+        rec(5001, "launch", "A", [0, 1], 1, group="w2", cases=10),
+        rec(5002, "acquire", "B", [4, 5], 2), rec(5003, "launch", "B", [4, 5], 2, group="w2", cases=5),
+        rec(5011, "launch_end", "A", [0, 1], 1, group="w2", wall_s=10, startup_s=3),
+        rec(5011, "launch", "A", [0, 1, 2, 3], 1, group="w4", cases=20),
+        rec(5020, "launch_end", "B", [4, 5], 2, group="w2", wall_s=17, startup_s=2), rec(5021, "release", "B", [4, 5], 2),
+        rec(5031, "launch_end", "A", [0, 1, 2, 3], 1, group="w4", wall_s=20, startup_s=5),
+        rec(5032, "release", "A", [0, 1, 2, 3], 1),
+    ]
+    slot_dir.mkdir(parents=True)
+    (slot_dir / "audit.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_timeline_figures_from_an_audit_log(tmp_path):
+    from meshtest.parent.slots import read_audit
+    from meshtest.report import timeline
+
+    _audit(tmp_path / "slots")
+    tl = timeline.build(read_audit(str(tmp_path / "slots")))
+    assert (tl.start, tl.end, tl.launches, len(tl.bars)) == (5000, 5032, 3, 8)  # the older run is left out
+    assert round(tl.utilization, 4) == round((2 * 10 + 4 * 20 + 2 * 17) / (8 * 32), 4)
+    assert round(tl.held, 4) == round((4 * 32 + 2 * 19) / (8 * 32), 4)
+    assert round(tl.startup_share, 4) == round((2 * 3 + 4 * 5 + 2 * 2) / (2 * 10 + 4 * 20 + 2 * 17), 4)
+    assert {b.slot for b in tl.bars if b.group == "w4"} == {0, 1, 2, 3}
+    assert "slot-time in launches 52.3%" in timeline.summary(tl, "/pool")
+
+
 def _assert_links_resolve(page: Path, parsed: Tables, ids_of: Dict[Path, List[str]]) -> int:
     """Every href of ``page`` names an existing file (relative to the page); a fragment names
     an element id of that file. Returns how many links were checked."""
@@ -222,7 +258,10 @@ def test_report_and_index_in_headless_chromium(tmp_path):
     chromium = Chromium(chromium_or_skip(find_chromium()), tmp_path / "chromium")
     root = tmp_path / "dist" / "test"
     _artifacts(root)
-    proc = subprocess.run([sys.executable, str(REPORT_INDEX), str(root)], capture_output=True, text=True, timeout=60)
+    _audit(tmp_path / "named_caches" / "meshtest_slots")
+    os.symlink(tmp_path / "named_caches" / "meshtest_slots", tmp_path / "sandbox-link")
+    proc = subprocess.run([sys.executable, str(REPORT_INDEX), str(root), f"--slot-dir={tmp_path / 'sandbox-link'}"],
+                          capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     index = root / "index.html"
     assert str(index.resolve()) in proc.stdout
@@ -265,6 +304,14 @@ def test_report_and_index_in_headless_chromium(tmp_path):
     assert (passing["pass"]["text"], passing["fail"]["text"], passing["failing cases"]["text"]) == ("1", "0", "")
     assert "src.tests.test_scan.py" not in "".join(index_page.ids)
     assert _assert_links_resolve(index, index_page, ids_of) >= 2 + 2 + 2 * 3  # reports, slowest/failing cases, files
+    # the slot pool's timeline: one row per slot, one bar per launch and slot, the pool by its real place
+    index_dom = chromium.dom(index)
+    newest, earlier = index_dom.split('class="slot-run"')[1:]  # newest run first, then the older one
+    assert newest.count('class="slot-row"') == 8 and newest.count('class="launch"') == 8
+    assert newest.count('data-group="w4"') == 4 and earlier.count('class="launch"') == 2
+    pool_line = index_dom.split('id="pool">', 1)[1].split("<", 1)[0]
+    assert str((tmp_path / "named_caches" / "meshtest_slots").resolve()) in pool_line and "sandbox-link" not in pool_line
+    assert "3 launch(es) over 32.0 s; slot-time in launches 52.3%" in pool_line
 
     # screenshots, kept as test artifacts
     shots = {"report-chromium.png": report, "index-chromium.png": index}

@@ -118,6 +118,8 @@ class LaunchResult:
     records: Dict[str, Dict[int, RankRecord]] = field(default_factory=dict)
     progress: Dict[int, RankProgress] = field(default_factory=dict)
     stopped_after: Optional[str] = None
+    #: seconds from the launch's start to its first case's start (its start-up), ``None`` if no case began
+    startup_s: Optional[float] = None
 
     def recorded_by_all(self, case: str, world_size: int) -> bool:
         """Whether ``world_size`` ranks (the case's, :meth:`Group.ranks_of`) recorded ``case``."""
@@ -144,6 +146,8 @@ class RankWatcher:
         self.records: Dict[str, Dict[int, RankRecord]] = {}
         #: the case after which the ranks agreed to stop (fail-fast gates)
         self.stopped_after: Optional[str] = None
+        #: Unix time the first case started on some rank
+        self.first_case_t: Optional[float] = None
 
     def poll(self) -> None:
         """Read what the ranks appended since the last poll.
@@ -173,6 +177,8 @@ class RankWatcher:
         event = event_from_json(doc, where)
         now = time.time()
         if isinstance(event, CaseStarted):
+            if self.first_case_t is None or event.t < self.first_case_t:
+                self.first_case_t = event.t
             prog.case, prog.step, prog.fence = event.case, "build", None
             prog.deadline = event.t + event.timeout_s + DUMP_GRACE_S
         elif isinstance(event, StepEntered):
@@ -249,7 +255,8 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
     cmd, extra_env = launch_command(backend_info(platform).launcher, group.processes, ["--plan", plan_path],
                                     master_port=master_port, lane=group.lane)
     t0 = time.monotonic()
-    watcher = RankWatcher(out_dir, group.processes, time.time(), _ranks_by_case(group))
+    started = time.time()
+    watcher = RankWatcher(out_dir, group.processes, started, _ranks_by_case(group))
     timed_out = False
     with open(os.path.join(out_dir, "launcher.log"), "w", encoding="utf-8") as logf:
         if header:
@@ -275,7 +282,8 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
             rc = proc.wait()
     watcher.poll()
     return LaunchResult(rc, timed_out, time.monotonic() - t0, out_dir, watcher.records, watcher.progress,
-                        watcher.stopped_after)
+                        watcher.stopped_after,
+                        None if watcher.first_case_t is None else max(0.0, watcher.first_case_t - started))
 
 
 def salvage(group: Group, out_dir: str) -> Dict[str, Dict[int, RankRecord]]:

@@ -164,13 +164,17 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
     header = ""
     while remaining:
         sub_dir = out_dir if attempt == 0 else f"{out_dir}.relaunch{attempt}"
-        lease.pool.audit("launch", lease.target, lease.slots[: group.processes], group.processes)
+        lease.pool.audit("launch", lease.target, lease.slots[: group.processes], group.processes,
+                         group=os.path.basename(sub_dir), cases=len(remaining))
         launches += 1
         res = launch(replace(group, cases=tuple(remaining)), platform=opts.platform, device_kind=opts.device_kind,
                      case_timeout_s=opts.case_timeout_s, out_dir=sub_dir, lease=lease, fail_fast=opts.fail_fast,
                      cases_dir=cases_dir(opts),
                      collective_checks=opts.collective_checks == "on", master_port=port, header=header,
                      on_poll=_poller(on_progress, len(found)))
+        lease.pool.audit("launch_end", lease.target, lease.slots[: group.processes], group.processes,
+                         group=os.path.basename(sub_dir), wall_s=round(res.wall_s, 3),
+                         startup_s=None if res.startup_s is None else round(res.startup_s, 3))
         decision = relaunch.decide([c.name for c in remaining], _facts(res, group), clashes)
         if decision.retry_rendezvous:
             clashes += 1
@@ -202,11 +206,15 @@ def _diagnose(decided: List[CaseOutcome], case_name: str, group: Group, opts: Ru
     """Re-run ``case_name`` (it timed out, or broke the group) alone with collective checks on; what
     each rank reports becomes that outcome's ``diagnosis`` (its status stays as it was)."""
     case = next(c for c in group.cases if c.name == case_name)
-    lease.pool.audit("launch", lease.target, lease.slots[: group.processes], group.processes)
+    lease.pool.audit("launch", lease.target, lease.slots[: group.processes], group.processes,
+                     group=os.path.basename(out_dir), cases=1)
     res = launch(replace(group, cases=(case,)), platform=opts.platform, device_kind=opts.device_kind,
                  case_timeout_s=opts.case_timeout_s, out_dir=out_dir, lease=lease, collective_checks=True,
                  cases_dir=cases_dir(opts),
                  header=f"diagnosis of {case_name}: re-run alone with collective checks")
+    lease.pool.audit("launch_end", lease.target, lease.slots[: group.processes], group.processes,
+                     group=os.path.basename(out_dir), wall_s=round(res.wall_s, 3),
+                     startup_s=None if res.startup_s is None else round(res.startup_s, 3))
     records = res.records.get(case_name, {})
     seen: Dict[str, List[str]] = {}
     for r, rec in sorted(records.items()):

@@ -17,8 +17,11 @@ them the moment a holder dies — no stale locks):
 
 Every wait, acquire and release is appended to ``audit.jsonl`` in the directory (one JSON
 object per line: ``t`` (Unix seconds), ``event``, ``target``, ``slots``, ``need``, ``pid``),
-and the runner adds a ``launch`` event per launch it starts on its lease;
-``tools/slot_report.py`` turns it into peak usage and slot-time utilization.
+and the runner adds a ``launch`` event per launch it starts on its lease (``group``, ``cases``)
+and a ``launch_end`` event when it ends (``group``, ``wall_s``, ``startup_s``);
+``tools/slot_report.py`` turns it into peak usage and slot-time utilization, and the run index
+page (``tools/report_index.py``) draws it as a timeline, one row per slot
+(:mod:`meshtest.report.timeline`).
 """
 from __future__ import annotations
 
@@ -83,10 +86,12 @@ class SlotPool:
     def _path(self, name: str) -> str:
         return os.path.join(self.directory, name)
 
-    def audit(self, event: str, target: str, slots: Sequence[int], need: int) -> None:
-        """Append one audit record (a single ``write`` on an ``O_APPEND`` file: atomic for small lines)."""
+    def audit(self, event: str, target: str, slots: Sequence[int], need: int, **extra: object) -> None:
+        """Append one audit record (a single ``write`` on an ``O_APPEND`` file: atomic for small
+        lines). ``extra``: more fields, e.g. a launch's ``group`` and ``cases``, or at its end
+        (``launch_end``) its ``wall_s`` and ``startup_s`` (seconds until its first case started)."""
         line = json.dumps({"t": time.time(), "event": event, "target": target, "slots": list(slots),
-                           "need": need, "pid": os.getpid(), "size": self.size}) + "\n"
+                           "need": need, "pid": os.getpid(), "size": self.size, **extra}) + "\n"
         fd = os.open(self._path("audit.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
         try:
             os.write(fd, line.encode())
