@@ -206,13 +206,15 @@ def _audit(slot_dir: Path) -> None:
                 "size": 8, **extra}
     records = [
         rec(1000, "acquire", "old", [0, 1], 7), rec(1001, "launch", "old", [0, 1], 7, group="w2", cases=3),
-        rec(1009, "launch_end", "old", [0, 1], 7, group="w2", wall_s=8, startup_s=2), rec(1010, "release", "old", [0, 1], 7),
+        rec(1009, "launch_end", "old", [0, 1], 7, group="w2", wall_s=8, startup_s=2),
+        rec(1010, "release", "old", [0, 1], 7),
         rec(5000, "acquire", "A", [0, 1, 2, 3], 1),
         rec(5001, "launch", "A", [0, 1], 1, group="w2", cases=10),
         rec(5002, "acquire", "B", [4, 5], 2), rec(5003, "launch", "B", [4, 5], 2, group="w2", cases=5),
         rec(5011, "launch_end", "A", [0, 1], 1, group="w2", wall_s=10, startup_s=3),
         rec(5011, "launch", "A", [0, 1, 2, 3], 1, group="w4", cases=20),
-        rec(5020, "launch_end", "B", [4, 5], 2, group="w2", wall_s=17, startup_s=2), rec(5021, "release", "B", [4, 5], 2),
+        rec(5020, "launch_end", "B", [4, 5], 2, group="w2", wall_s=17, startup_s=2),
+        rec(5021, "release", "B", [4, 5], 2),
         rec(5031, "launch_end", "A", [0, 1, 2, 3], 1, group="w4", wall_s=20, startup_s=5),
         rec(5032, "release", "A", [0, 1, 2, 3], 1),
     ]
@@ -310,7 +312,8 @@ def test_report_and_index_in_headless_chromium(tmp_path):
     assert newest.count('class="slot-row"') == 8 and newest.count('class="launch"') == 8
     assert newest.count('data-group="w4"') == 4 and earlier.count('class="launch"') == 2
     pool_line = index_dom.split('id="pool">', 1)[1].split("<", 1)[0]
-    assert str((tmp_path / "named_caches" / "meshtest_slots").resolve()) in pool_line and "sandbox-link" not in pool_line
+    assert str((tmp_path / "named_caches" / "meshtest_slots").resolve()) in pool_line
+    assert "sandbox-link" not in pool_line
     assert "3 launch(es) over 32.0 s; slot-time in launches 52.3%" in pool_line
 
     # screenshots, kept as test artifacts

@@ -100,13 +100,13 @@ def partition_key(field_set: MeshtestCaseFieldSet, batch: bool, lane: str = "ran
 
 def partition_description(key: tuple[str, ...], field_sets) -> str:
     """How a batch names itself (progress lines, the slot audit log): its first file and how many
-    more, and its launches (`cases/torch/case_attention.py +22 (torch w2-2+w4-4)`)."""
+    more (`cases/torch/case_attention.py +24`), and the lane or packing when not the default."""
     if key[0] == "file":
         return key[1]
     first = min(fs.address.spec for fs in field_sets)
     more = f" +{len(field_sets) - 1}" if len(field_sets) > 1 else ""
-    what = {("local",): "local lane", ("fill",): "filling the slots"}.get(key[2:]) or "+".join(key[2:]) or "no launch"
-    return f"{first}{more} ({key[0]} {what})"
+    how = {("local",): " (local lane)", ("fill",): " (fill)"}.get(key[2:], "")
+    return f"{first}{more}{how}"
 
 
 @rule(desc="Partition meshtest case files by launch groups", level=LogLevel.DEBUG)
