@@ -2,11 +2,12 @@
 """Benchmark (prints figures; asserts nothing): suite walls and launches, and slot packing.
 
 Usage: ``python3 tools/bench.py [--skip-suite] [--skip-packing] [--scale 0.1]
-[--verdicts --python PY [--before REF]] [--pants-before REF]``, or one of
-``python3 tools/bench.py --model npu8`` (the device-time model of ``tools/packing_model.py``:
-the level0 plan before, now and with ``--pack fill`` on 8 NPUs, side by side) and
-``python3 tools/bench.py --lanes --python PY`` (the one-process lane against the real lane on
-the ``cpu_local`` cases, and a one-op selection over three meshes against its slowest launch).
+[--verdicts --python PY [--before REF]] [--pants-before REF]``, or, for the figures of the
+speed work side by side, ``python3 tools/bench.py [--lanes --python PY] [--model npu8]
+[--pants-before REF]``: ``--lanes``, the one-process lane against the real lane on the
+``cpu_local`` cases and a one-op selection over three meshes against its slowest single launch;
+``--model npu8``, the device-time model of ``tools/packing_model.py`` (the level0 plan before,
+now and with ``--pack fill`` on 8 NPUs); ``--pants-before REF``, the main job at REF and HEAD.
 
 1. Suite, in a throwaway clone (the working tree is never edited), with pantsd off:
    cold ``cpu_level0`` run (a fresh test-env value makes every cache key new), identical warm rerun, a run
@@ -312,22 +313,25 @@ def main() -> int:
     ap.add_argument("--pants-before", default="", metavar="REF",
                     help="the cold Pants main job at REF vs HEAD, alternated twice")
     ap.add_argument("--model", default="", choices=("", "npu8", "cpu8"),
-                    help="only the device-time model of a gate's plan (tools/packing_model.py): before/launches/fill")
+                    help="the device-time model of a gate's plan (tools/packing_model.py): before/launches/fill; "
+                         "with --model or --lanes only those (and --pants-before) run")
     ap.add_argument("--tag", default="cpu_level0", help="with --model: the gate")
     ap.add_argument("--durations", nargs="*", default=[os.path.join(ROOT, "dist", "test")],
                     help="with --model: results of earlier real-lane runs (case durations)")
     ap.add_argument("--lanes", action="store_true",
-                    help="only the one-process lane vs the real lane, and a one-op selection (needs --python)")
+                    help="the one-process lane vs the real lane, and a one-op selection (needs --python)")
     args = ap.parse_args()
-    if args.model:
-        import packing_model
+    if args.lanes and not args.python:
+        ap.error("--lanes needs --python: an interpreter with torch installed")
+    if args.model or args.lanes:  # the figures of issue 14, side by side in one run
+        if args.lanes:
+            bench_lanes(args.python)
+        if args.model:
+            import packing_model
 
-        packing_model.report(args.tag, args.model, args.durations)
-        return 0
-    if args.lanes:
-        if not args.python:
-            ap.error("--lanes needs --python: an interpreter with torch installed")
-        bench_lanes(args.python)
+            packing_model.report(args.tag, args.model, args.durations)
+        if args.pants_before:
+            bench_main_job_pants(args.pants_before)
         return 0
     if not args.skip_suite:
         bench_suite()
