@@ -9,7 +9,7 @@ Usage::
 Every ``results.jsonl`` one level under each ROOT is read (``./pants test`` leaves one per test
 run in ``dist/test/<target>/``; ``python -m meshtest run --artifacts-dir D`` leaves ``D/results.jsonl``,
 so pass ``D``'s parent, or ``D`` itself). An outcome belongs to the local lane when its launch
-group is a local one (``local-<k>of<n>``), else to the real lane; the newest result per case
+group is the local one (``local``), else to the real lane; the newest result per case
 and lane is kept. Printed: how many cases both lanes ran and agree on; each disagreement (case,
 file, both verdicts, the local lane's failing step and first line); the cases the local lane
 ran that no real-lane run covers; and the cases that declare a ``simulation_limit`` (they run on
@@ -33,8 +33,8 @@ from meshtest.contract import CaseOutcome  # noqa: E402
 from meshtest.model.scan import scan_case_file  # noqa: E402
 from meshtest.report.results import read_results  # noqa: E402
 
-#: Launch-group id prefix of the one-process lane (:func:`meshtest.parent.planner.plan_local_groups`).
-LOCAL_GROUP_PREFIX = "local-"
+#: Launch-group id of the one-process lane (:func:`meshtest.parent.planner.plan_local_groups`).
+LOCAL_GROUP = "local"
 
 
 def results_files(roots: List[str]) -> List[str]:
@@ -54,7 +54,7 @@ def by_lane(paths: List[str]) -> Tuple[Dict[str, CaseOutcome], Dict[str, CaseOut
         for o in read_results(path):
             if o.case.startswith("<file "):
                 continue
-            (local if o.group.startswith(LOCAL_GROUP_PREFIX) else ranks)[f"{o.file}::{o.case}"] = o
+            (local if o.group == LOCAL_GROUP else ranks)[f"{o.file}::{o.case}"] = o
     return local, ranks
 
 

@@ -135,7 +135,9 @@ class LaunchPlan:
         (``<cases_dir>/<case name>/``: the checkpoints of a phased training case).
     :ivar lane: ``"ranks"`` (one process per rank) or ``"local"``: one process simulates every
         rank of each case's own mesh (``mesh_shape`` is then ``(1,)``), switching its simulated
-        world between cases, and records each case once per simulated rank in ``rank0.jsonl``.
+        world between cases, and records each case once per simulated rank.
+    :ivar workers: local lane: processes that share the cases out (worker ``w`` writes
+        ``rank<w>.log`` / ``rank<w>.jsonl``); 1 otherwise.
     """
 
     group_id: str
@@ -151,6 +153,7 @@ class LaunchPlan:
     collective_checks: bool = False
     cases_dir: str = ""
     lane: str = "ranks"
+    workers: int = 1
     version: int = PLAN_VERSION
 
     def to_json(self) -> Dict[str, Any]:

@@ -45,23 +45,15 @@ def test_the_lane_tag_goes_to_level0_cases_the_lane_can_run():
     assert not phased.runs_locally
 
 
-def test_local_groups_balance_cases_and_keep_meshes_together():
-    cases = ([scanned(f"two{i}", (2,), lineno=i) for i in range(6)]
-             + [scanned(f"four{i}", (2, 2), lineno=10 + i) for i in range(4)])
-    groups = plan_local_groups(cases, parts=2)
-    assert [g.group_id for g in groups] == ["local-1of2", "local-2of2"]
-    assert sorted(len(g.cases) for g in groups) == [5, 5]
-    for g in groups:
-        assert g.lane == "local" and g.processes == 1 and g.world_size == 4
-        sizes = [c.world_size for c in g.cases]
-        assert sizes == sorted(sizes)  # one switch of the simulated world at most
-        assert {g.ranks_of(c) for c in g.cases} == {2, 4}
-    assert sorted(c.name for g in groups for c in g.cases) == sorted(c.name for c in cases)
-    # recorded durations decide the split: one long case weighs as much as the rest
-    durations = {"two0": 9.0, **{c.name: 1.0 for c in cases[1:]}}
-    heavy = plan_local_groups(cases, parts=2, durations=durations)
-    assert sorted(len(g.cases) for g in heavy) == [1, 9]
-    assert plan_local_groups(cases[:1], parts=4)[0].group_id == "local-1of1"
+def test_the_local_launch_orders_cases_by_mesh_for_its_workers():
+    cases = ([scanned(f"four{i}", (2, 2), lineno=10 + i) for i in range(4)]
+             + [scanned(f"two{i}", (2,), lineno=i) for i in range(6)])
+    (g,) = plan_local_groups(cases, parts=2)
+    assert (g.group_id, g.lane, g.workers, g.processes, g.world_size) == ("local", "local", 2, 2, 4)
+    assert [c.world_size for c in g.cases] == [2] * 6 + [4] * 4  # one switch of the simulated world
+    assert {g.ranks_of(c) for c in g.cases} == {2, 4}
+    assert plan_local_groups(cases[:1], parts=4)[0].workers == 1  # never more workers than cases
+    assert plan_local_groups([], parts=2) == []
 
 
 def test_a_case_the_lane_cannot_run_is_refused_by_name():
@@ -108,7 +100,7 @@ def _outcome(case, status, group):
 
 def test_lane_diff_lists_each_disagreement_and_fails(tmp_path):
     for name, group, statuses in (("real", "w2-2", ("pass", "pass", "pass")),
-                                  ("local", "local-1of1", ("pass", "fail", "pass"))):
+                                  ("local", "local", ("pass", "fail", "pass"))):
         (tmp_path / name).mkdir()
         write_results(str(tmp_path / name / "results.jsonl"),
                       [_outcome(c, Status(s), group) for c, s in zip(("a", "b", "c"), statuses)])
@@ -117,7 +109,7 @@ def test_lane_diff_lists_each_disagreement_and_fails(tmp_path):
     assert "both ran 3, agree on 2, disagree on 1" in proc.stdout
     assert "DIFFER cases/x.py::b: local fail, ranks pass" in proc.stdout
     write_results(str(tmp_path / "local" / "results.jsonl"),
-                  [_outcome(c, Status.PASS, "local-1of1") for c in ("a", "b", "c", "d")])
+                  [_outcome(c, Status.PASS, "local") for c in ("a", "b", "c", "d")])
     proc = subprocess.run([sys.executable, LANE_DIFF, str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
     assert "1 case(s) ran only in the local lane" in proc.stdout
@@ -193,7 +185,7 @@ def test_both_lanes_give_the_same_verdicts_and_the_local_one_names_the_rank(tmp_
     assert _statuses(tmp_path / "runs" / "local") == {"ll_add": "pass", "ll_partial": "pass",
                                                       "ll_locals_2d": "pass", "ll_wrong": "fail"}
     text = local.stdout
-    assert "launch local-1of2: 1 process simulating the ranks" in text and "local-2of2" in text
+    assert "launch local: 2 process(es) simulating the ranks" in text
     # every simulated rank has its record; the message names the rank the comparison failed on
     assert "rank(s) 0,1,2,3: fail at step compare: on simulated rank(s) 0,1,2,3 of 4 (first, 0): output[0]:" in text
     ranks = _run(path, tmp_path / "runs" / "ranks", "--tag=cpu_level0", "--no-fail-fast")
@@ -216,4 +208,4 @@ def test_a_local_process_that_dies_is_reported_and_the_rest_relaunched(tmp_path)
     crash = next(r for r in results if r["case"] == "ll_exit")
     assert [f["rank"] for f in crash["failures"]] == [0, 1] and crash["failures"][0]["step"] == "run"
     assert "rank0.log" in crash["failures"][0]["error"]
-    assert os.path.isdir(out / "ranks" / "local-1of1.relaunch1")
+    assert os.path.isdir(out / "ranks" / "local.relaunch1")

@@ -251,7 +251,7 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
                mesh_dim_names=group.mesh_dim_names, out_dir=os.path.abspath(out_dir), case_timeout_s=case_timeout_s,
                cases=group.cases, slots=slot_ids, fail_fast=fail_fast,
                collective_checks=collective_checks, cases_dir=os.path.abspath(cases_dir),
-               lane=group.lane).write(plan_path)
+               lane=group.lane, workers=group.workers).write(plan_path)
     cmd, extra_env = launch_command(backend_info(platform).launcher, group.processes, ["--plan", plan_path],
                                     master_port=master_port, lane=group.lane)
     t0 = time.monotonic()

@@ -77,9 +77,10 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
     by_rank = res.records.get(case.name, {})
     exits = rank_exit_codes(os.path.join(res.out_dir, "launcher.log"))
     failures = []
+    # a local-lane launch: the worker process (its stream and log) that took the case simulated every rank
+    worker = next((p for p, prog in sorted(res.progress.items()) if prog.case == case.name), 0)
     for rank in range(group.ranks_of(case)):
-        # a local-lane launch is one process (stream and log 0) simulating every rank
-        proc = 0 if group.lane == "local" else rank
+        proc = worker if group.lane == "local" else rank
         rec, prog = by_rank.get(rank), res.progress.get(proc)
         if rec is not None:
             if rec.status is not Status.PASS:

@@ -45,6 +45,8 @@ class Group:
     #: ``"ranks"``: one process per rank (torchrun); ``"local"``: one process simulates every rank
     #: of each case's own mesh (:data:`LANES`); its cases may have different meshes
     lane: str = "ranks"
+    #: local lane: processes that share the group's cases out (one device slot each)
+    workers: int = 1
 
     @property
     def world_size(self) -> int:
@@ -55,8 +57,8 @@ class Group:
 
     @property
     def processes(self) -> int:
-        """Processes (and device slots) the launch takes: its world size, or 1 in the local lane."""
-        return 1 if self.lane == "local" else self.world_size
+        """Processes (and device slots) the launch takes: its world size, or its workers in the local lane."""
+        return self.workers if self.lane == "local" else self.world_size
 
     def ranks_of(self, case: ScannedCase) -> int:
         """Ranks whose records make ``case`` complete: the group's world size, or the case's own
@@ -71,17 +73,11 @@ LANES = ("ranks", "local")
 lane_of = rules.lane_of
 
 
-def plan_local_groups(cases: Sequence[ScannedCase], parts: int,
-                      durations: Optional[Mapping[str, float]] = None) -> List[Group]:
-    """Split the cases of the one-process lane into at most ``parts`` launches, run at once on
-    ``parts`` slots.
-
-    Balanced by longest-processing-time-first: each case, heaviest first, goes to the lightest
-    part so far; a case weighs its recorded duration in ``durations`` (seconds, by case name),
-    else the mean of the recorded ones, else 1 (by count: measured on torch 2.13, a simulated
-    case costs about the same on 2 and 4 ranks, 0.066 s and 0.079 s on average). Inside a part
-    the cases run ordered by (world size, mesh, file, line), so a process switches its simulated
-    world as rarely as possible.
+def plan_local_groups(cases: Sequence[ScannedCase], parts: int) -> List[Group]:
+    """The one-process lane's launch: one group ``local`` of every case, ordered by (world size,
+    file, line) so a worker switches its simulated world as rarely as possible, shared out at run
+    time among ``min(parts, cases)`` worker processes (:class:`meshtest.rank.entry.CaseQueue`:
+    a free worker takes the next case, so they end together whatever the cases cost).
 
     :raises SelectionError: a case the lane cannot run (:attr:`ScannedCase.runs_locally`) was selected.
     """
@@ -91,22 +87,10 @@ def plan_local_groups(cases: Sequence[ScannedCase], parts: int,
         why = c.simulation_limit or f"a {c.kind} case" + (f" of layer {c.layer}" if c.layer is not None else "")
         raise SelectionError(f"{c.file}: case {c.name!r} cannot run in the one-process lane ({why}); "
                              f"{len(refused)} such case(s) selected — select with --tag={rules.LOCAL_LANE_TAG}")
-    known = [durations[c.name] for c in cases if durations and c.name in durations]
-    default = sum(known) / len(known) if known else 1.0
-
-    def weight(c: ScannedCase) -> float:
-        return (durations or {}).get(c.name, default)
-
-    parts = max(1, min(parts, len(cases)))
-    loads = [0.0] * parts
-    chunks: List[List[ScannedCase]] = [[] for _ in range(parts)]
-    for c in sorted(cases, key=lambda c: (-weight(c), c.file, c.lineno)):
-        k = loads.index(min(loads))
-        chunks[k].append(c)
-        loads[k] += weight(c)
-    chunks = [sorted(ch, key=lambda c: (_group_key(c), c.file, c.lineno)) for ch in chunks if ch]
-    return [Group(f"local-{i}of{len(chunks)}", (1,), ("d0",), tuple(ch), lane="local")
-            for i, ch in enumerate(chunks, start=1)]
+    if not cases:
+        return []
+    ordered = tuple(sorted(cases, key=lambda c: (_group_key(c), c.file, c.lineno)))
+    return [Group("local", (1,), ("d0",), ordered, lane="local", workers=max(1, min(parts, len(ordered))))]
 
 
 def _group_key(c: ScannedCase) -> tuple:

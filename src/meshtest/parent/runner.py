@@ -183,7 +183,8 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
             notes.append(f"{header}; retrying on port {port or 'chosen by torchrun'}")
             continue
         header = ""
-        ranks = "1 process simulating the ranks" if group.lane == "local" else f"{group.world_size} ranks"
+        ranks = (f"{group.workers} process(es) simulating the ranks" if group.lane == "local"
+                 else f"{group.world_size} ranks")
         notes.append(f"launch {os.path.basename(sub_dir)}: {ranks}, {len(remaining)} case(s), "
                      f"{res.wall_s:.1f}s, {describe_exit(res.rc)}"
                      + (", killed at a deadline" if res.timed_out else ""))
@@ -319,7 +320,7 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
         if not backend_info(opts.platform).local_target:
             raise SelectionError(f"platform {opts.platform!r} has no one-process lane (--tag={LOCAL_LANE_TAG})")
         groups = plan_local_groups(selected, local_processes(opts))
-        need = len(groups)
+        need = max((g.processes for g in groups), default=1)
     else:
         groups = plan_groups(selected)
         need = device_need(groups, opts.device_need)
@@ -442,8 +443,9 @@ def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, res
                 if group is None:
                     break
                 slots = sched.take(group)
-                emit([f"-- launch {group.group_id}: " + (f"{len(group.cases)} case(s) in one process simulating "
-                                                         "their ranks" if group.lane == "local" else
+                emit([f"-- launch {group.group_id}: " + (f"{len(group.cases)} case(s) shared by {group.workers} "
+                                                         "process(es) simulating their ranks" if group.lane == "local"
+                                                         else
                                                          f"{group.world_size} ranks, mesh(es) "
                                                          + ", ".join(dict.fromkeys(str(c.mesh_shape)
                                                                                    for c in group.cases))

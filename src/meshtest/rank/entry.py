@@ -247,17 +247,44 @@ def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend
     return backend, False
 
 
-def run_local_plan(plan: LaunchPlan, out: RankStream) -> ShardBackend:
-    """The local lane: this one process simulates every rank of each case's own mesh
-    (:mod:`meshtest.platforms.torch_local`), switching its simulated world when a case's world
-    size differs from the one before (the planner orders cases by mesh), and records each case
-    once per simulated rank. The same pipeline, seeding, isolation and fail-fast rule as
-    :func:`run_plan`; no fence (there are no peers to wait for)."""
-    cases, load_errors = load_cases(plan.cases)
+class CaseQueue:
+    """The plan's cases, handed out one at a time to the local lane's worker processes (forked
+    after the case files are imported, so they share this object's counter): whichever worker is
+    free takes the next case, so the workers end together whatever the cases cost."""
+
+    def __init__(self, count: int) -> None:
+        import multiprocessing
+
+        self.count = count
+        self._next = multiprocessing.Value("i", 0)
+        self._stop = multiprocessing.Value("b", 0)
+
+    def take(self) -> Optional[int]:
+        """The next case's index in the plan, or ``None`` (all taken, or a worker stopped the run)."""
+        with self._next.get_lock():
+            if self._stop.value or self._next.value >= self.count:
+                return None
+            i = self._next.value
+            self._next.value += 1
+            return i
+
+    def stop(self) -> None:
+        """No worker takes another case (a fail-fast gate saw a failure)."""
+        self._stop.value = 1
+
+
+def run_local_plan(plan: LaunchPlan, out: RankStream, cases: Dict[str, Any], load_errors: Dict[str, str],
+                   queue: CaseQueue, worker: int = 0) -> ShardBackend:
+    """One worker of the local lane: this process simulates every rank of each case it takes
+    from ``queue`` (:mod:`meshtest.platforms.torch_local`), switching its simulated world when a
+    case's world size differs from the one before (the plan is ordered by mesh), and records
+    each case once per simulated rank in its own stream. The same pipeline, seeding, isolation
+    and fail-fast rule as :func:`run_plan`; no fence (there are no peers to wait for)."""
     backend = load_backend(plan.platform, lane="local")
     backend.init(plan.device_kind, timeout_s=plan.case_timeout_s)
     meshes: Dict[tuple, Any] = {}
-    for sc in plan.cases:
+    while (i := queue.take()) is not None:
+        sc = plan.cases[i]
         case = cases.get(sc.name)
         ranks = tuple(range(sc.world_size))
         if sc.file in load_errors:
@@ -272,13 +299,53 @@ def run_local_plan(plan: LaunchPlan, out: RankStream) -> ShardBackend:
             key = (sc.mesh_shape, sc.mesh_dim_names or rules.normalised_dim_names(len(sc.mesh_shape)))
             if key not in meshes:
                 meshes[key] = backend.make_mesh(*key)
-            status = run_one(case, sc, plan, 0, backend, meshes[key], out, simulated=ranks)
+            status = run_one(case, sc, plan, worker, backend, meshes[key], out, simulated=ranks)
         if plan.fail_fast and fails_suite(backend, case, status):
             log.info("fail-fast gate: stopping after %s failed", sc.name)
+            queue.stop()
             out.emit(Stopped(sc.name))
             break
-    out.emit(RankDone(0))
+    out.emit(RankDone(worker))
     return backend
+
+
+def run_local_workers(plan: LaunchPlan) -> int:
+    """The local lane's launch: import the case files once, fork ``plan.workers - 1`` more workers
+    (each its own ``rank<w>.log`` / ``rank<w>.jsonl``, killed with this process), share the cases
+    out (:class:`CaseQueue`), and return the exit code: 0, or 1 when a worker died (its case is
+    reported by the runner from that worker's stream; the others went on with the rest)."""
+    cases, load_errors = load_cases(plan.cases)
+    queue = CaseQueue(len(plan.cases))
+    children = []
+    worker = 0
+    for w in range(1, plan.workers):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            worker = w
+            die_with_parent()
+            _redirect_output(plan.out_dir, w)
+            log.info("local lane worker %d of %d", w, plan.workers)
+            break
+        children.append(pid)
+    out = RankStream(os.path.join(plan.out_dir, f"rank{worker}.jsonl"))
+    backend = run_local_plan(plan, out, cases, load_errors, queue, worker)
+    out.close()
+    backend.shutdown()
+    if worker:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    rc = 0
+    for pid in children:
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            log.info("local lane worker pid %d ended with %s", pid, code)
+            rc = 1
+    return rc
 
 
 def _redirect_output(out_dir: str, rank: int) -> None:
@@ -306,11 +373,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
     log.info("group %s: %d case(s), mesh %s %s, device slots %s", plan.group_id, len(plan.cases),
              list(plan.mesh_shape), list(plan.mesh_dim_names), list(plan.slots))
-    out = RankStream(os.path.join(plan.out_dir, f"rank{rank}.jsonl"))
     if plan.lane == "local":
-        backend, broken = run_local_plan(plan, out), False
-    else:
-        backend, broken = run_plan(plan, rank, out)
+        rc = run_local_workers(plan)
+        log.info("local lane done")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    out = RankStream(os.path.join(plan.out_dir, f"rank{rank}.jsonl"))
+    backend, broken = run_plan(plan, rank, out)
     out.close()
     if not broken:
         backend.recover_after_failure(timeout_s=plan.case_timeout_s)  # closing barrier
