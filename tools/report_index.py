@@ -137,8 +137,9 @@ def default_pool() -> str:
         os.path.expanduser("~"), ".cache", "pants", "named_caches", "meshtest_slots")
 
 
-#: How many of the pool's newest runs the index draws, newest first.
-RUNS_DRAWN = 3
+#: How many of the pool's newest runs the index draws, newest first (in CI: the TP level1 run,
+#: check-incremental's, the one-process lane, the main job).
+RUNS_DRAWN = 5
 
 
 def slots_section(pool: str) -> tuple:
@@ -154,7 +155,7 @@ def slots_section(pool: str) -> tuple:
         tl = timeline.build(run)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(tl.start))
         drawn.append(f'<div class="slot-run" data-run="{i}"><p>{"newest run" if i == 0 else "earlier run"}, '
-                     f"started {html.escape(when)}: {html.escape(timeline.summary(tl, where))}</p>"
+                     f"started {html.escape(when)}: {html.escape(timeline.summary(tl))}</p>"
                      + timeline.render_svg(tl) + "</div>")
     return timeline.summary(timeline.build(runs[0]), where), "\n".join(drawn)
 

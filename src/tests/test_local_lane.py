@@ -50,7 +50,7 @@ def test_the_local_launch_orders_cases_by_mesh_for_its_workers():
              + [scanned(f"two{i}", (2,), lineno=i) for i in range(6)])
     (g,) = plan_local_groups(cases, parts=2)
     assert (g.group_id, g.lane, g.workers, g.processes, g.world_size) == ("local", "local", 2, 2, 4)
-    assert [c.world_size for c in g.cases] == [2] * 6 + [4] * 4  # one switch of the simulated world
+    assert [c.world_size for c in g.cases] == [4] * 4 + [2] * 6  # largest first, one switch of world
     assert {g.ranks_of(c) for c in g.cases} == {2, 4}
     assert plan_local_groups(cases[:1], parts=4)[0].workers == 1  # never more workers than cases
     assert plan_local_groups([], parts=2) == []
@@ -188,6 +188,12 @@ def test_both_lanes_give_the_same_verdicts_and_the_local_one_names_the_rank(tmp_
     assert "launch local: 2 process(es) simulating the ranks" in text
     # every simulated rank has its record; the message names the rank the comparison failed on
     assert "rank(s) 0,1,2,3: fail at step compare: on simulated rank(s) 0,1,2,3 of 4 (first, 0): output[0]:" in text
+    # the two workers shared the cases out: each case recorded by exactly one of them
+    launch = tmp_path / "runs" / "local" / "ranks" / "local"
+    taken = [{json.loads(line)["case"] for line in (launch / f"rank{w}.jsonl").read_text().splitlines()
+              if json.loads(line)["event"] == "result"} for w in (0, 1)]
+    assert taken[0] | taken[1] == {"ll_add", "ll_partial", "ll_locals_2d", "ll_wrong"} and not taken[0] & taken[1]
+    assert "local lane worker 1 of 2" in (launch / "rank1.log").read_text()
     ranks = _run(path, tmp_path / "runs" / "ranks", "--tag=cpu_level0", "--no-fail-fast")
     assert ranks.returncode == 1
     assert _statuses(tmp_path / "runs" / "ranks")["ll_rank_dependent"] == "fail"  # why it is not simulated

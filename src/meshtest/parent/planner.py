@@ -74,9 +74,10 @@ lane_of = rules.lane_of
 
 
 def plan_local_groups(cases: Sequence[ScannedCase], parts: int) -> List[Group]:
-    """The one-process lane's launch: one group ``local`` of every case, ordered by (world size,
-    file, line) so a worker switches its simulated world as rarely as possible, shared out at run
-    time among ``min(parts, cases)`` worker processes (:class:`meshtest.rank.entry.CaseQueue`:
+    """The one-process lane's launch: one group ``local`` of every case, ordered by world size,
+    largest first (the costliest simulations early, the cheap ones to even out the end), then
+    file and line, so a worker switches its simulated world as rarely as possible; shared out at
+    run time among ``min(parts, cases)`` worker processes (:class:`meshtest.rank.entry.CaseQueue`:
     a free worker takes the next case, so they end together whatever the cases cost).
 
     :raises SelectionError: a case the lane cannot run (:attr:`ScannedCase.runs_locally`) was selected.
@@ -89,7 +90,7 @@ def plan_local_groups(cases: Sequence[ScannedCase], parts: int) -> List[Group]:
                              f"{len(refused)} such case(s) selected — select with --tag={rules.LOCAL_LANE_TAG}")
     if not cases:
         return []
-    ordered = tuple(sorted(cases, key=lambda c: (_group_key(c), c.file, c.lineno)))
+    ordered = tuple(sorted(cases, key=lambda c: (-c.world_size, c.name if c.solo_launcher else "", c.file, c.lineno)))
     return [Group("local", (1,), ("d0",), ordered, lane="local", workers=max(1, min(parts, len(ordered))))]
 
 

@@ -60,19 +60,27 @@ class Timeline:
 
 
 def _leases(records: Sequence[dict]) -> List[Tuple[float, float, Tuple[int, ...], str]]:
-    """(acquire t, release t, slots, target) of each lease; one without a release ends at the
-    last record."""
-    last = max((r["t"] for r in records), default=0.0)
-    open_: Dict[tuple, Tuple[float, Tuple[int, ...]]] = {}
+    """(acquire t, release t, slots, target) of each lease. A lease without a release (its holder
+    was killed: the kernel freed the locks, nobody wrote the record) ends at its holder's last
+    record, or when another lease takes one of its slots, whichever comes first."""
+    open_: Dict[tuple, Tuple[float, Tuple[int, ...], float]] = {}
     out = []
     for r in sorted(records, key=lambda r: r["t"]):
         key = (r.get("pid"), r.get("target"))
         if r["event"] == "acquire":
-            open_[key] = (r["t"], tuple(r.get("slots", ())))
+            slots = tuple(r.get("slots", ()))
+            for other, (t0, held, seen) in list(open_.items()):
+                if set(held) & set(slots):  # its holder is gone: the slots were free again
+                    out.append((t0, min(seen, r["t"]), held, str(other[1])))
+                    del open_[other]
+            open_[key] = (r["t"], slots, r["t"])
         elif r["event"] == "release" and key in open_:
-            t0, slots = open_.pop(key)
+            t0, slots, _ = open_.pop(key)
             out.append((t0, r["t"], slots, str(r.get("target"))))
-    out += [(t0, last, slots, str(key[1])) for key, (t0, slots) in open_.items()]
+        elif key in open_:
+            t0, slots, _ = open_[key]
+            open_[key] = (t0, slots, r["t"])  # a sign of life of the holder
+    out += [(t0, seen, slots, str(key[1])) for key, (t0, slots, seen) in open_.items()]
     return sorted(out)
 
 
@@ -178,8 +186,10 @@ def render_svg(tl: Timeline, width: int = 960) -> str:
     return "".join(parts)
 
 
-def summary(tl: Timeline, pool: str) -> str:
-    """One line of figures: launches, span, utilization, held, start-up share, and the pool's location."""
-    return (f"device slot pool {pool}: {tl.size} slots, {tl.launches} launch(es) over {tl.span_s:.1f} s; "
+def summary(tl: Timeline, pool: str = "") -> str:
+    """One line of figures: launches, span, utilization, held, start-up share (and the pool's
+    location, when given)."""
+    return ((f"device slot pool {pool}: " if pool else "")
+            + f"{tl.size} slots, {tl.launches} launch(es) over {tl.span_s:.1f} s; "
             f"slot-time in launches {tl.utilization:.1%} (start-up {tl.startup_share:.0%} of it), "
             f"held by test processes {tl.held:.1%}")
