@@ -47,3 +47,21 @@ def test_runner_env_sets_source_roots_and_lets_extra_env_override() -> None:
     assert env["OMP_NUM_THREADS"] == "2"
     assert env["HOME"].startswith("{chroot}/")
     assert env["MESHTEST_SLOT_DIR"].startswith("{chroot}/")
+
+
+def test_batch_key_shares_processes_by_launch_groups_lane_and_packing() -> None:
+    from meshtest_pants.runner_command import batch_key
+
+    a = batch_key("torch", "python-default", ["w4", "w2"], file="a.py")
+    assert a == batch_key("torch", "python-default", ["w2", "w4"], file="b.py")
+    assert a == ("torch", "python-default", "w2", "w4")
+    assert batch_key("torch", "python-default", ["w2"], file="a.py", broken=True) == ("file", "a.py")
+    assert batch_key("torch", "python-default", ["w2"], file="a.py", batch=False) == ("file", "a.py")
+    assert batch_key("torch", "r", ["w2"], lane="local") == batch_key("torch", "r", ["w8"], lane="local")
+    assert batch_key("torch", "r", ["w2"], pack="fill") == ("torch", "r", "fill")
+
+
+def test_runner_argv_passes_pack_fill_only() -> None:
+    common = dict(platform="torch", device_kind="npu", gates=[], tag_filters=[], device_need=8, target="t")
+    assert "--pack=fill" in runner_argv(["c.py"], pack="fill", **common)
+    assert not any(a.startswith("--pack") for a in runner_argv(["c.py"], **common))
