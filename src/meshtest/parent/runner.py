@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..contract import DEFAULT_CASE_TIMEOUT_S, CaseOutcome
 from ..errors import SelectionError
@@ -164,17 +164,14 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
     header = ""
     while remaining:
         sub_dir = out_dir if attempt == 0 else f"{out_dir}.relaunch{attempt}"
-        lease.pool.audit("launch", lease.target, lease.slots[: group.processes], group.processes,
-                         group=os.path.basename(sub_dir), cases=len(remaining))
+        _audit_launch(lease, group, sub_dir, len(remaining))
         launches += 1
         res = launch(replace(group, cases=tuple(remaining)), platform=opts.platform, device_kind=opts.device_kind,
                      case_timeout_s=opts.case_timeout_s, out_dir=sub_dir, lease=lease, fail_fast=opts.fail_fast,
                      cases_dir=cases_dir(opts),
                      collective_checks=opts.collective_checks == "on", master_port=port, header=header,
                      on_poll=_poller(on_progress, len(found)))
-        lease.pool.audit("launch_end", lease.target, lease.slots[: group.processes], group.processes,
-                         group=os.path.basename(sub_dir), wall_s=round(res.wall_s, 3),
-                         startup_s=None if res.startup_s is None else round(res.startup_s, 3))
+        _audit_launch(lease, group, sub_dir, res=res)
         decision = relaunch.decide([c.name for c in remaining], _facts(res, group), clashes)
         if decision.retry_rendezvous:
             clashes += 1
@@ -207,15 +204,12 @@ def _diagnose(decided: List[CaseOutcome], case_name: str, group: Group, opts: Ru
     """Re-run ``case_name`` (it timed out, or broke the group) alone with collective checks on; what
     each rank reports becomes that outcome's ``diagnosis`` (its status stays as it was)."""
     case = next(c for c in group.cases if c.name == case_name)
-    lease.pool.audit("launch", lease.target, lease.slots[: group.processes], group.processes,
-                     group=os.path.basename(out_dir), cases=1)
+    _audit_launch(lease, group, out_dir, 1)
     res = launch(replace(group, cases=(case,)), platform=opts.platform, device_kind=opts.device_kind,
                  case_timeout_s=opts.case_timeout_s, out_dir=out_dir, lease=lease, collective_checks=True,
                  cases_dir=cases_dir(opts),
                  header=f"diagnosis of {case_name}: re-run alone with collective checks")
-    lease.pool.audit("launch_end", lease.target, lease.slots[: group.processes], group.processes,
-                     group=os.path.basename(out_dir), wall_s=round(res.wall_s, 3),
-                     startup_s=None if res.startup_s is None else round(res.startup_s, 3))
+    _audit_launch(lease, group, out_dir, res=res)
     records = res.records.get(case_name, {})
     seen: Dict[str, List[str]] = {}
     for r, rec in sorted(records.items()):
@@ -226,6 +220,18 @@ def _diagnose(decided: List[CaseOutcome], case_name: str, group: Group, opts: Ru
                      "did not finish again")
     text = f"re-run alone with collective checks ({os.path.basename(out_dir)}): " + "; ".join(lines)
     return [replace(o, diagnosis=text) if o.case == case_name else o for o in decided]
+
+
+def _audit_launch(lease: SlotLease, group: Group, launch_dir: str, cases: int = 0,
+                  res: Optional[LaunchResult] = None) -> None:
+    """The slot audit log's ``launch`` event (with ``cases``), or its ``launch_end`` (with ``res``:
+    wall and start-up seconds), for the launch in ``launch_dir`` on the lease's first slots."""
+    slots, need, name = lease.slots[: group.processes], group.processes, os.path.basename(launch_dir)
+    if res is None:
+        lease.pool.audit("launch", lease.target, slots, need, group=name, cases=cases)
+    else:
+        lease.pool.audit("launch_end", lease.target, slots, need, group=name, wall_s=round(res.wall_s, 3),
+                         startup_s=None if res.startup_s is None else round(res.startup_s, 3))
 
 
 def cases_dir(opts: RunOptions) -> str:
@@ -314,19 +320,8 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     os.makedirs(opts.artifacts_dir, exist_ok=True)
     cases, scan_errors, scan_notes = scan_files(files)
     selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns))
-    lane = opts.lane or lane_of(opts.tag_filters)
     durations = recorded_durations(opts.durations_from) if opts.durations_from else {}
-    if lane == "local":
-        if not backend_info(opts.platform).local_target:
-            raise SelectionError(f"platform {opts.platform!r} has no one-process lane (--tag={LOCAL_LANE_TAG})")
-        groups = plan_local_groups(selected, local_processes(opts))
-        need = max((g.processes for g in groups), default=1)
-    else:
-        groups = plan_groups(selected)
-        need = device_need(groups, opts.device_need)
-        if opts.pack == "fill":
-            groups = split_groups(groups, opts.slots, durations, lambda w: startup_s(opts.device_kind, w))
-            need = max(need, min(opts.slots, sum(g.processes for g in groups)))
+    groups, need = plan_run(selected, opts, durations)
     result = RunResult(outcomes=list(scan_errors))
     with open(os.path.join(opts.artifacts_dir, "summary.txt"), "w", encoding="utf-8") as summary:
         def emit(lines: Sequence[str]) -> None:
@@ -354,6 +349,28 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             emit(reporter.summary_lines(result.outcomes, result.notes))
             write_evidence(opts.artifacts_dir, result.outcomes, result.notes)
     return result
+
+
+def plan_run(selected: Sequence[ScannedCase], opts: RunOptions,
+             durations: Mapping[str, float]) -> Tuple[List[Group], int]:
+    """The launch groups of a run and the device slots it holds: the one-process lane's launch
+    and its workers, or one group per world size held at the largest need (``device_need``), or
+    with ``--pack fill`` split groups held at up to every slot.
+
+    :raises SelectionError: the local lane on a platform without one, or a case it cannot run.
+    :raises SlotRequestError: a group needs more ranks than the declared device need.
+    """
+    if (opts.lane or lane_of(opts.tag_filters)) == "local":
+        if not backend_info(opts.platform).local_target:
+            raise SelectionError(f"platform {opts.platform!r} has no one-process lane (--tag={LOCAL_LANE_TAG})")
+        groups = plan_local_groups(selected, local_processes(opts))
+        return groups, max((g.processes for g in groups), default=1)
+    groups = plan_groups(selected)
+    need = device_need(groups, opts.device_need)
+    if opts.pack == "fill":
+        groups = split_groups(groups, opts.slots, durations, lambda w: startup_s(opts.device_kind, w))
+        need = max(need, min(opts.slots, sum(g.processes for g in groups)))
+    return groups, need
 
 
 def local_processes(opts: RunOptions) -> int:
@@ -399,89 +416,114 @@ class LaunchAborted(Exception):
     """Raised inside a launch's poll loop when the run is interrupted: the launch is killed."""
 
 
+def _launch_line(group: Group, slots: List[int]) -> str:
+    """``-- launch w4: 4 ranks, mesh(es) (2, 2), (4,), 96 case(s), slots [0, 1, 2, 3]``."""
+    if group.lane == "local":
+        what = f"{len(group.cases)} case(s) shared by {group.workers} process(es) simulating their ranks"
+    else:
+        meshes = ", ".join(dict.fromkeys(str(c.mesh_shape) for c in group.cases))
+        what = f"{group.world_size} ranks, mesh(es) {meshes}, {len(group.cases)} case(s)"
+    return f"-- launch {group.group_id}: {what}, slots {slots}"
+
+
+class _GroupsAtOnce:
+    """The launches of one run in flight: a thread per launch, each on its own slots of the
+    lease, reporting back through a queue; progress summed over them for the board."""
+
+    def __init__(self, opts: RunOptions, lease: SlotLease, result: RunResult, board: Optional[ProgressBoard],
+                 sched: LaunchSchedule) -> None:
+        self.opts, self.lease, self.result, self.board, self.sched = opts, lease, result, board, sched
+        self.before = len(result.outcomes)
+        self.ended: "queue.Queue[Tuple[Group, object]]" = queue.Queue()
+        self.abort = threading.Event()
+        self.lock = threading.Lock()
+        self.done: Dict[str, int] = {}
+        self.threads: List[threading.Thread] = []
+
+    def progress(self, group_id: str, done: int, current: str) -> None:
+        """Called from a launch's poll loop; raises :class:`LaunchAborted` once the run is interrupted."""
+        if self.abort.is_set():
+            raise LaunchAborted()
+        if self.board is not None:
+            with self.lock:
+                self.done[group_id] = done
+                self.board.update(sum(self.done.values()) + len(self.result.outcomes) - self.before,
+                                  ", ".join(sorted(self.sched.running)), current)
+
+    def start(self, group: Group, slots: List[int]) -> None:
+        group_dir = os.path.join(self.opts.artifacts_dir, "ranks", group.group_id)
+        self.result.in_flight[group.group_id] = (group, group_dir)
+
+        def work() -> None:
+            try:
+                sub = SlotLease(self.lease.pool, self.lease.target, slots, self.lease.fds)
+                self.ended.put((group, run_group(group, self.opts, group_dir, sub,
+                                                 lambda done, current: self.progress(group.group_id, done, current))))
+            except BaseException as e:  # reported by the main thread
+                self.ended.put((group, e))
+
+        t = threading.Thread(target=work, name=group.group_id, daemon=True)
+        self.threads.append(t)
+        t.start()
+
+    def next_ended(self) -> Tuple[Group, Tuple[List[CaseOutcome], List[str], int]]:
+        """The next launch group to end and what :func:`run_group` returned; its slots are free
+        again. An exception in its thread is raised here."""
+        group, got = _next_ended(self.ended)
+        self.sched.give_back(group.group_id)
+        del self.result.in_flight[group.group_id]
+        if isinstance(got, BaseException):
+            raise got
+        with self.lock:
+            self.done.pop(group.group_id, None)
+        return group, got
+
+    def stop(self) -> None:
+        """Kill the launches still in flight (their poll loops raise) and wait for their threads."""
+        self.abort.set()
+        for t in self.threads:
+            t.join(timeout=30)
+
+
 def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, result: RunResult, emit,
                 board: Optional[ProgressBoard] = None, cost=None) -> None:
     """Run the groups into ``result``, each launch on its own slots of ``lease``, as many at once
-    as the lease holds slots for (:class:`_Schedule`); outcomes are reported as each group ends
-    and kept in plan order. A fail-fast run starts no group after a failure (the running ones
-    finish) and reports the rest ``not_run``."""
+    as the lease holds slots for (:class:`meshtest.parent.planner.LaunchSchedule`); outcomes are
+    reported as each group ends and kept in plan order. A fail-fast run starts no group after a
+    failure (the running ones finish) and reports the rest ``not_run``."""
     scan_errors = len(result.outcomes)  # a broken file fails by itself; it does not stop the others
     order = {g.group_id: i for i, g in enumerate(groups)}
     sched = LaunchSchedule(list(groups), sorted(lease.slots), cost)
-    ended: "queue.Queue[Tuple[Group, object]]" = queue.Queue()
-    abort = threading.Event()
-    done_by_group: Dict[str, int] = {}
-    lock = threading.Lock()
-    by_group: Dict[str, List[CaseOutcome]] = {}
-
-    def progress(group_id: str, done: int, current: str) -> None:
-        if abort.is_set():
-            raise LaunchAborted()
-        if board is not None:
-            with lock:
-                done_by_group[group_id] = done
-                board.update(sum(done_by_group.values()) + len(result.outcomes) - scan_errors,
-                             ", ".join(sorted(sched.running)), current)
-
-    def work(group: Group, slots: List[int], group_dir: str) -> None:
-        try:
-            sub = SlotLease(lease.pool, lease.target, slots, lease.fds)
-            ended.put((group, run_group(group, opts, group_dir, sub,
-                                        lambda done, current, g=group.group_id: progress(g, done, current))))
-        except BaseException as e:  # reported by the main thread
-            ended.put((group, e))
-
-    threads = []
+    flight = _GroupsAtOnce(opts, lease, result, board, sched)
+    ranked: Dict[int, int] = {}
     try:
         while sched.pending or sched.running:
             failed = [o for o in result.outcomes[scan_errors:] if o.status.failing]
             if opts.fail_fast and failed and sched.pending:
                 _fail_fast_rest(sched.pending, failed[0], result, emit)
                 sched.pending = []
-            while sched.pending:
-                group = sched.startable(result.held)
-                if group is None:
-                    break
+            while sched.pending and (group := sched.startable(result.held)) is not None:
                 slots = sched.take(group)
-                emit([f"-- launch {group.group_id}: " + (f"{len(group.cases)} case(s) shared by {group.workers} "
-                                                         "process(es) simulating their ranks" if group.lane == "local"
-                                                         else
-                                                         f"{group.world_size} ranks, mesh(es) "
-                                                         + ", ".join(dict.fromkeys(str(c.mesh_shape)
-                                                                                   for c in group.cases))
-                                                         + f", {len(group.cases)} case(s)") + f", slots {slots}"])
-                group_dir = os.path.join(opts.artifacts_dir, "ranks", group.group_id)
-                result.in_flight[group.group_id] = (group, group_dir)
-                t = threading.Thread(target=work, args=(group, slots, group_dir), name=group.group_id, daemon=True)
-                threads.append(t)
-                t.start()
+                emit([_launch_line(group, slots)])
+                flight.start(group, slots)
             if not sched.running:
                 if sched.pending:  # cannot happen: every group fits the lease (device_need)
                     raise SlotRequestError(f"launch group {sched.pending[0].group_id} needs more slots than the "
                                            f"run holds ({len(lease.slots)})")
                 break
-            group, got = _next_ended(ended)
-            sched.give_back(group.group_id)
-            del result.in_flight[group.group_id]
-            if isinstance(got, BaseException):
-                raise got
-            group_outcomes, notes, launches = got
+            group, (group_outcomes, notes, launches) = flight.next_ended()
             if group.phase is not None:
                 group_outcomes = outcomes.phase_chain(group, group_outcomes, result.held)
-            with lock:
-                done_by_group.pop(group.group_id, None)
+            with flight.lock:
                 result.launches += launches
                 result.outcomes.extend(group_outcomes)
-            by_group[group.group_id] = group_outcomes
+            ranked.update((id(o), order[group.group_id]) for o in group_outcomes)
             result.notes.extend(notes)
             emit([reporter.format_outcome(o) for o in group_outcomes])
     finally:
-        abort.set()
-        for t in threads:
-            t.join(timeout=30)
+        flight.stop()
         # plan order, whatever order the groups ended in
         rest = result.outcomes[scan_errors:]
-        ranked = {id(o): order[gid] for gid, outs in by_group.items() for o in outs}
         result.outcomes[scan_errors:] = sorted(rest, key=lambda o: ranked.get(id(o), len(order)))
 
 
