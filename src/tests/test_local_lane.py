@@ -215,3 +215,47 @@ def test_a_local_process_that_dies_is_reported_and_the_rest_relaunched(tmp_path)
     assert [f["rank"] for f in crash["failures"]] == [0, 1] and crash["failures"][0]["step"] == "run"
     assert "rank0.log" in crash["failures"][0]["error"]
     assert os.path.isdir(out / "ranks" / "local.relaunch1")
+
+
+SLOW = """
+import time
+
+def slow_when_distributed(x):
+    if hasattr(x, "placements"):
+        time.sleep(60)
+    return x
+
+register(OpShardCase(name="slow2", fn=slow_when_distributed, inputs=[InputSpec((4,))], placements=[(Shard(0),)],
+                     mesh_shape=(2,), tags=("cpu_level0",)))
+register(OpShardCase(name="slow4", fn=slow_when_distributed, inputs=[InputSpec((4,))], placements=[(Shard(0),)],
+                     mesh_shape=(4,), tags=("cpu_level0",)))
+"""
+
+
+def test_concurrent_launches_share_the_lease_and_die_together_with_the_runner(tmp_path):
+    import signal
+    import time
+
+    from meshtest.parent.slots import SlotPool, read_audit
+    from tests.helpers import ranks_alive
+
+    path = case_file(tmp_path, "case_slow.py", SLOW)
+    out, slots = tmp_path / "out", tmp_path / "slots"
+    proc = subprocess.Popen([sys.executable, "-m", "meshtest", "run", path, "--artifacts-dir", str(out),
+                             "--slot-dir", str(slots), "--pack=fill", "--case-timeout=300"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": SRC_ROOT})
+    deadline = time.time() + 120
+    while time.time() < deadline and not all((out / "ranks" / g / "rank0.jsonl").exists()
+                                             and '"start"' in (out / "ranks" / g / "rank0.jsonl").read_text()
+                                             for g in ("w2", "w4")):
+        time.sleep(0.2)  # both launches are inside their slow case, at once
+    launches = [r for r in read_audit(str(slots)) if r["event"] == "launch"]
+    assert sorted((r["group"], tuple(r["slots"])) for r in launches) == [("w2", (4, 5)), ("w4", (0, 1, 2, 3))]
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stdout
+    assert "device slots [0, 1, 2, 3, 4, 5] of 8 held" in stdout
+    assert ranks_alive(str(out)) == []
+    with SlotPool(str(slots), 8).acquire(8, "after", timeout_s=5):
+        pass
