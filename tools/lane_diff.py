@@ -23,7 +23,6 @@ Reads files only; stdlib only.
 """
 from __future__ import annotations
 
-import glob
 import os
 import sys
 from typing import Dict, List, Tuple
@@ -31,19 +30,10 @@ from typing import Dict, List, Tuple
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 from meshtest.contract import CaseOutcome  # noqa: E402
 from meshtest.model.scan import scan_case_file  # noqa: E402
-from meshtest.report.results import read_results  # noqa: E402
+from meshtest.report.results import read_results, results_files  # noqa: E402
 
 #: Launch-group id of the one-process lane (:func:`meshtest.parent.planner.plan_local_groups`).
 LOCAL_GROUP = "local"
-
-
-def results_files(roots: List[str]) -> List[str]:
-    """``<root>/results.jsonl`` and ``<root>/*/results.jsonl`` of each root, oldest first."""
-    found = set()
-    for root in roots:
-        for pattern in ("results.jsonl", os.path.join("*", "results.jsonl")):
-            found.update(glob.glob(os.path.join(root, pattern)))
-    return sorted(found, key=os.path.getmtime)
 
 
 def by_lane(paths: List[str]) -> Tuple[Dict[str, CaseOutcome], Dict[str, CaseOutcome]]:

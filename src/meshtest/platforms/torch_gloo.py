@@ -88,6 +88,24 @@ def from_torch_placement(p: Any) -> Placement:
     raise TypeError(f"torch placement {p!r} has no meshtest counterpart")
 
 
+def check_local_shape(rank: int, got: Sequence[int], expected: Sequence[int], global_shape: Sequence[int],
+                      placements: Sequence[Placement]) -> None:
+    """:raises ValueError: ``rank``'s local shape is not the one torch lays out for it
+    (``DTensor.from_local`` would build an invalid DTensor); the message says both."""
+    if tuple(int(s) for s in expected) != tuple(got):
+        raise ValueError(f"rank {rank}: local shape {tuple(got)}, but torch lays out global shape "
+                         f"{tuple(global_shape)} placed {list(placements)} as local shape "
+                         f"{tuple(int(s) for s in expected)} here (DTensor.from_local would build an invalid DTensor)")
+
+
+def dtensor_from_local(local: Any, mesh: Any, tp: Sequence[Any], global_shape: Sequence[int],
+                       requires_grad: bool) -> Any:
+    """``DTensor.from_local`` of ``global_shape`` (its contiguous stride), a leaf when ``requires_grad``."""
+    d = DTensor.from_local(local, mesh, list(tp), run_check=False, shape=torch.Size(global_shape),
+                           stride=torch.empty(global_shape, device="meta").stride())
+    return d.detach().requires_grad_(True) if requires_grad else d
+
+
 #: One rank's collective in torch's collective-check message.
 _FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=\d+, "
                           r"OpType=(\w+)(?:, TensorShape=(\[[^\]]*\]))?(?:, TensorDtypes=(\w+))?")
@@ -202,14 +220,8 @@ class TorchGlooBackend(ShardBackend):
 
         tp = [to_torch_placement(p) for p in placements]
         expected, _ = compute_local_shape_and_global_offset(torch.Size(global_shape), mesh, tp)
-        if tuple(expected) != tuple(array.shape):
-            raise ValueError(f"rank {self.rank()}: local shape {tuple(array.shape)}, but torch lays out global shape "
-                             f"{tuple(global_shape)} placed {list(placements)} as local shape {tuple(expected)} here "
-                             "(DTensor.from_local would build an invalid DTensor)")
-        local = self.make_tensor(array, dtype)
-        d = DTensor.from_local(local, mesh, tp, run_check=False, shape=torch.Size(global_shape),
-                               stride=torch.empty(global_shape, device="meta").stride())
-        return d.detach().requires_grad_(True) if requires_grad else d
+        check_local_shape(self.rank(), array.shape, expected, global_shape, placements)
+        return dtensor_from_local(self.make_tensor(array, dtype), mesh, tp, global_shape, requires_grad)
 
     def placements_of(self, tensor: Any) -> Optional[Tuple[Placement, ...]]:
         return tuple(from_torch_placement(p) for p in tensor.placements) if isinstance(tensor, DTensor) else None

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed._local_tensor import LocalIntNode, LocalTensor, LocalTensorMode, maybe_disable_local_tensor_mode
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import distribute_tensor
 
 from ..model.placement import Partial, Placement
-from .torch_gloo import TorchGlooBackend, to_torch_placement
+from .torch_gloo import TorchGlooBackend, check_local_shape, dtensor_from_local, to_torch_placement
 
 
 def _rank_value(value: Any, rank: int) -> Any:
@@ -46,10 +46,9 @@ def _rank_value(value: Any, rank: int) -> Any:
 
 class TorchLocalBackend(TorchGlooBackend):
     """Torch on CPU, all ranks of one mesh in this process (``fake`` process group +
-    ``LocalTensorMode``). :meth:`set_world` switches to another world size between launch groups."""
+    ``LocalTensorMode``). :meth:`set_world` switches the simulated world size between cases."""
 
     platform = "torch"
-    lane = "local"
 
     def __init__(self) -> None:
         self._world = 0
@@ -86,19 +85,12 @@ class TorchLocalBackend(TorchGlooBackend):
         coords = mesh.get_coordinate()
         per_rank = {}
         for r in self.ranks():
-            coord = tuple(int(_rank_value(c, r)) for c in coords)
-            want = tuple(int(_rank_value(s, r)) for s in expected)
-            array = locals_[coord]
-            if want != tuple(array.shape):
-                raise ValueError(f"rank {r}: local shape {tuple(array.shape)}, but torch lays out global shape "
-                                 f"{tuple(global_shape)} placed {list(placements)} as local shape {want} here "
-                                 "(DTensor.from_local would build an invalid DTensor)")
+            array = locals_[tuple(int(_rank_value(c, r)) for c in coords)]
+            check_local_shape(r, array.shape, [_rank_value(s, r) for s in expected], global_shape, placements)
             per_rank[r] = self.make_tensor(array, dtype)
         with maybe_disable_local_tensor_mode():
             local = LocalTensor(per_rank)
-        d = DTensor.from_local(local, mesh, tp, run_check=False, shape=torch.Size(global_shape),
-                               stride=torch.empty(global_shape, device="meta").stride())
-        return d.detach().requires_grad_(True) if requires_grad else d
+        return dtensor_from_local(local, mesh, tp, global_shape, requires_grad)
 
     def replicated(self, tensor: Any) -> Any:
         """``tensor`` as every simulated rank's copy (a ``LocalTensor``). ``distribute_tensor`` of

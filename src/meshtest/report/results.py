@@ -31,6 +31,21 @@ def read_results(path: str) -> List[CaseOutcome]:
         return [CaseOutcome.from_json(json.loads(line), f"{path}:{n}") for n, line in enumerate(f, 1) if line.strip()]
 
 
+def results_files(paths: Sequence[str]) -> List[str]:
+    """The ``results.jsonl`` files ``paths`` name, oldest first: each path is such a file, or a
+    directory holding one directly or one level down (a ``dist/test`` tree)."""
+    import glob
+
+    files = set()
+    for p in paths:
+        if os.path.isfile(p):
+            files.add(p)
+        elif os.path.isdir(p):
+            for pattern in ("results.jsonl", os.path.join("*", "results.jsonl")):
+                files.update(glob.glob(os.path.join(p, pattern)))
+    return sorted(files, key=os.path.getmtime)
+
+
 def recorded_durations(paths: Sequence[str]) -> Dict[str, float]:
     """Case name → seconds (its slowest rank's, ``slowest_s``) on real ranks, from ``results.jsonl``
     files: each path is such a file, or a directory holding one directly or one level down (a
@@ -39,16 +54,8 @@ def recorded_durations(paths: Sequence[str]) -> Dict[str, float]:
 
     :raises meshtest.contract.ContractError: a line is not a case outcome.
     """
-    import glob
-
-    files = set()
-    for p in paths:
-        if os.path.isfile(p):
-            files.add(p)
-        for pattern in ("results.jsonl", os.path.join("*", "results.jsonl")):
-            files.update(glob.glob(os.path.join(p, pattern)) if os.path.isdir(p) else ())
     out: Dict[str, float] = {}
-    for path in sorted(files, key=os.path.getmtime):
+    for path in results_files(paths):
         for o in read_results(path):
             if o.group != "local" and o.slowest_s > 0:  # the one-process lane's launch group
                 out[o.case] = o.slowest_s
