@@ -11,6 +11,8 @@ Examples::
     python -m meshtest progress --watch 5                        # live: cases done / total per running target
     python -m meshtest ids cases/torch/tp/seed003_ids.txt cases/torch/tp/*.py   # every test-plan ID covered?
     python -m meshtest coverage cases/torch/training/seed001_domains.txt cases/torch/training/case_*.py
+    python -m meshtest coverage-ops --tag cpu_level0 --baseline default   # sharding-rule coverage vs the baseline
+    python -m meshtest mutate --tag cpu_level0                          # kill matrix of sharding-rule mutants
 """
 from __future__ import annotations
 
@@ -90,6 +92,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="results.jsonl (or a directory of runs, e.g. dist/test) whose case durations weigh splits "
                         "and launch order; repeatable")
     r.add_argument("--target", default="", help="label of the requester in the slot audit log (a Pants address)")
+    r.add_argument("--record-ops", action="store_true",
+                   help="record each case's sharding-rule calls into ops<k>.jsonl beside the rank logs "
+                        "(merged by `coverage-ops --from DIR`)")
+    r.add_argument("--mutant", default="", metavar="OPERATOR:FAULT",
+                   help="run with one mutant of the platform's sharding rules active (see `mutate`), e.g. "
+                        "aten.mm.default:partial_as_replicate")
     s = sub.add_parser("scan", help="print the static scan of case files as JSON")
     s.add_argument("files", nargs="+")
     c = sub.add_parser("count", help="count registered cases by family (file), mesh and gate")
@@ -107,7 +115,35 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("coverage", help="the capability domain x layer matrix of training cases (seed 001)")
     v.add_argument("manifest", help="file with one 'domain<TAB>description' line per capability domain")
     v.add_argument("files", nargs="+")
+    o = sub.add_parser("coverage-ops", help="sharding-rule coverage: operators and input placements the cases "
+                                            "exercise, against the rules the platform registers")
+    _strength_args(o)
+    o.add_argument("--from", dest="from_dirs", action="append", default=[], metavar="DIR",
+                   help="merge ops<k>.jsonl recorded under DIR (a `run --record-ops` or dist/test) instead of running")
+    o.add_argument("--baseline", default="", metavar="PATH",
+                   help="compare with a stored baseline (exit 1 on any change); 'default': "
+                        "cases/torch/strength/cpu_level0_ops.json")
+    o.add_argument("--write-baseline", action="store_true", help="store the result as the baseline")
+    o.add_argument("--all", action="store_true", help="list every uncovered operator")
+    m = sub.add_parser("mutate", help="mutation mode: seeded faults in the sharding rules, one at a time; prints "
+                                      "the kill matrix and the score per gate")
+    _strength_args(m)
+    m.add_argument("--op", action="append", default=[], metavar="PATTERN",
+                   help="only operators matching this fnmatch pattern (repeatable), e.g. 'aten.sum*'")
+    m.add_argument("--fault", action="append", default=[], help="only this fault (repeatable)")
+    m.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants at once (default: CPU cores)")
+    m.add_argument("--case-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="deadline of one case under a mutant (default 60)")
     return ap
+
+
+def _strength_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="*", metavar="FILE", help="case files (default: every cases/**/case_*.py)")
+    p.add_argument("--tag", "--gate", action="append", default=[], dest="tags", metavar="TAG",
+                   help="a Pants --tag clause selecting the cases, e.g. cpu_level0")
+    p.add_argument("--artifacts-dir", default=None, help="where the run and the tables go "
+                                                         "(default: dist/meshtest/<command>-<time>)")
+    p.add_argument("--platform", default="torch")
 
 
 def _cmd_coverage(manifest: str, files: Sequence[str]) -> int:
@@ -215,7 +251,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                       fail_fast=gate_is_fail_fast(args.tags) if args.fail_fast is None else args.fail_fast,
                       collective_checks=args.collective_checks, lane=args.lane,
                       local_processes=args.local_processes, pack=args.pack,
-                      durations_from=tuple(args.durations))
+                      durations_from=tuple(args.durations), record_ops=args.record_ops, mutant=args.mutant)
     try:
         result = run(files, opts)
     except (SelectionError, SlotRequestError) as e:
@@ -228,6 +264,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def _cmd_strength(args: argparse.Namespace) -> int:
+    from .strength import run as strength
+
+    files = args.files or strength.default_files()
+    missing = [f for f in files if not os.path.isfile(f)]
+    if missing:
+        print(f"meshtest: no such case file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    out = args.artifacts_dir or os.path.join(
+        "dist", "meshtest", f"{args.command}-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    try:
+        if args.command == "mutate":
+            return strength.cmd_mutate(files, args.tags, out, args.platform, args.op, args.fault, args.jobs,
+                                       args.case_timeout)
+        return strength.cmd_coverage(files, args.tags, out, args.from_dirs, args.platform,
+                                     strength.baseline_path(args.baseline), args.write_baseline, args.all)
+    except (SelectionError, SlotRequestError, ValueError) as e:
+        print(f"meshtest: {e}", file=sys.stderr)
+        return 2
+
+
 def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)  # unwinds through the runner, which kills its launch
 
@@ -235,7 +292,8 @@ def _exit_on_sigterm(signum, frame):
 def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("run", "scan", "count", "ids", "coverage", "progress", "-h", "--help"):
+    if argv and argv[0] not in ("run", "scan", "count", "ids", "coverage", "coverage-ops", "mutate", "progress",
+                                "-h", "--help"):
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
     try:
@@ -254,5 +312,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 141
     if args.command == "run":
         return _cmd_run(args)
+    if args.command in ("coverage-ops", "mutate"):
+        return _cmd_strength(args)
     _parser().print_help()
     return 2

@@ -36,7 +36,7 @@ from .model.scan import ScannedCase
 from .status import Status
 
 #: Version of the launch plan format. Bump it whenever a contract type changes shape.
-PLAN_VERSION = 5
+PLAN_VERSION = 6
 
 #: Default deadline of one case, in seconds. A launch's process-group timeout is half the
 #: longest deadline among its cases.
@@ -138,6 +138,11 @@ class LaunchPlan:
         world between cases, and records each case once per simulated rank.
     :ivar workers: local lane: processes that share the cases out (worker ``w`` writes
         ``rank<w>.log`` / ``rank<w>.jsonl``); 1 otherwise.
+    :ivar record_ops: record each case's sharding-rule calls (``ShardBackend.record_calls``)
+        into ``ops<k>.jsonl`` (rank 0 of a launch, or each local-lane worker ``k``): one line
+        ``{"case", "file", "calls": [...]}`` per case (sharding-rule coverage, ``docs/strength.md``).
+    :ivar mutant: ``"operator:fault"``: the ranks activate this mutant of the platform's sharding
+        rules (``ShardBackend.activate_mutant``) before the first case; ``""``: none.
     """
 
     group_id: str
@@ -154,6 +159,8 @@ class LaunchPlan:
     cases_dir: str = ""
     lane: str = "ranks"
     workers: int = 1
+    record_ops: bool = False
+    mutant: str = ""
     version: int = PLAN_VERSION
 
     def to_json(self) -> Dict[str, Any]:

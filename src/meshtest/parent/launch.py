@@ -227,7 +227,8 @@ def _launch_env(device_kind: str, slot_ids: Sequence[int]) -> Dict[str, str]:
 def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: float, out_dir: str,
            lease: SlotLease, fail_fast: bool = False, collective_checks: bool = False,
            cases_dir: str, master_port: Optional[int] = None, header: str = "",
-           on_poll: Optional[Callable[[RankWatcher], None]] = None) -> LaunchResult:
+           on_poll: Optional[Callable[[RankWatcher], None]] = None, record_ops: bool = False,
+           mutant: str = "") -> LaunchResult:
     """Run ``group`` as one launch on the first ``group.processes`` slots of ``lease``, watching it.
 
     The lease's lock files are inherited by the launch (``pass_fds``), so its slots stay held as
@@ -239,6 +240,8 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
     :param header: a line written at the top of ``launcher.log`` (e.g. why this is a retry).
     :param cases_dir: :attr:`meshtest.contract.LaunchPlan.cases_dir` (the run's ``<artifacts>/cases``).
     :param on_poll: called with the :class:`RankWatcher` after each poll (progress reporting).
+    :param record_ops: :attr:`meshtest.contract.LaunchPlan.record_ops`.
+    :param mutant: :attr:`meshtest.contract.LaunchPlan.mutant`.
     """
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         # A reused --artifacts-dir: ranks append to their files and the watcher reads them from
@@ -251,7 +254,7 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
                mesh_dim_names=group.mesh_dim_names, out_dir=os.path.abspath(out_dir), case_timeout_s=case_timeout_s,
                cases=group.cases, slots=slot_ids, fail_fast=fail_fast,
                collective_checks=collective_checks, cases_dir=os.path.abspath(cases_dir),
-               lane=group.lane, workers=group.workers).write(plan_path)
+               lane=group.lane, workers=group.workers, record_ops=record_ops, mutant=mutant).write(plan_path)
     cmd, extra_env = launch_command(backend_info(platform).launcher, group.processes, ["--plan", plan_path],
                                     master_port=master_port, lane=group.lane)
     t0 = time.monotonic()

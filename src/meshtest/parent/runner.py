@@ -96,6 +96,12 @@ class RunOptions:
     #: ``results.jsonl`` files or directories of earlier runs whose case durations weigh splits
     #: and launch order (:func:`meshtest.report.results.recorded_durations`)
     durations_from: Tuple[str, ...] = ()
+    #: record each case's sharding-rule calls (:attr:`meshtest.contract.LaunchPlan.record_ops`)
+    record_ops: bool = False
+    #: ``"operator:fault"`` activated in every launch (:attr:`meshtest.contract.LaunchPlan.mutant`)
+    mutant: str = ""
+    #: when not empty: of the selected cases, only those with these exact names run
+    only_cases: Tuple[str, ...] = ()
 
 
 #: Values of ``RunOptions.collective_checks`` / ``--collective-checks``.
@@ -170,7 +176,7 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
                      case_timeout_s=opts.case_timeout_s, out_dir=sub_dir, lease=lease, fail_fast=opts.fail_fast,
                      cases_dir=cases_dir(opts),
                      collective_checks=opts.collective_checks == "on", master_port=port, header=header,
-                     on_poll=_poller(on_progress, len(found)))
+                     on_poll=_poller(on_progress, len(found)), record_ops=opts.record_ops, mutant=opts.mutant)
         _audit_launch(lease, group, sub_dir, res=res)
         decision = relaunch.decide([c.name for c in remaining], _facts(res, group), clashes)
         if decision.retry_rendezvous:
@@ -207,7 +213,7 @@ def _diagnose(decided: List[CaseOutcome], case_name: str, group: Group, opts: Ru
     _audit_launch(lease, group, out_dir, 1)
     res = launch(replace(group, cases=(case,)), platform=opts.platform, device_kind=opts.device_kind,
                  case_timeout_s=opts.case_timeout_s, out_dir=out_dir, lease=lease, collective_checks=True,
-                 cases_dir=cases_dir(opts),
+                 cases_dir=cases_dir(opts), mutant=opts.mutant,
                  header=f"diagnosis of {case_name}: re-run alone with collective checks")
     _audit_launch(lease, group, out_dir, res=res)
     records = res.records.get(case_name, {})
@@ -320,6 +326,8 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     os.makedirs(opts.artifacts_dir, exist_ok=True)
     cases, scan_errors, scan_notes = scan_files(files)
     selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns))
+    if opts.only_cases:
+        selected = [c for c in selected if c.name in set(opts.only_cases)]
     durations = recorded_durations(opts.durations_from) if opts.durations_from else {}
     groups, need = plan_run(selected, opts, durations)
     result = RunResult(outcomes=list(scan_errors))

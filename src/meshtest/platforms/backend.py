@@ -326,6 +326,52 @@ class ShardBackend(ABC):
         """
         return frozenset()
 
+    # -- suite strength (meshtest.strength): sharding-rule coverage and mutation mode --------
+
+    def sharding_rules(self) -> Dict[str, str]:
+        """Every operator the platform registers a sharding rule for → its family (e.g.
+        ``{"aten.mm.default": "matrix"}``); what coverage is measured against.
+
+        :raises NotImplementedError: the platform cannot list its rules (default).
+        """
+        raise NotImplementedError(f"platform {self.platform!r} cannot list its sharding rules")
+
+    def record_calls(self) -> Any:
+        """A context manager recording each distinct operator call the sharding rules see while
+        it is entered; entering returns an object whose ``calls`` is the list of JSON records
+        (``op``, ``mesh``, ``args``, ``kwargs``, ``out``, ``to``; ``docs/strength.md``).
+
+        :raises NotImplementedError: the platform cannot record (default).
+        """
+        raise NotImplementedError(f"platform {self.platform!r} cannot record sharding-rule calls")
+
+    def faults(self) -> Dict[str, str]:
+        """The fault operators of mutation mode, name → what the fault does (default: none)."""
+        return {}
+
+    def fault_sites(self, call: Dict[str, Any]) -> List[str]:
+        """The faults that can change one recorded call (:meth:`record_calls`). Default: none."""
+        return []
+
+    def activate_mutant(self, mutant: str) -> None:
+        """From now on in this process, the sharding rule of one operator carries one fault
+        (``mutant`` = ``"operator:fault"``; ``""`` deactivates).
+
+        :raises NotImplementedError: the platform has no mutation mode (default).
+        :raises ValueError: a malformed mutant or an unknown fault.
+        """
+        raise NotImplementedError(f"platform {self.platform!r} has no mutation mode")
+
+    def prove_mutant(self, mutant: str, calls: Sequence[Dict[str, Any]]) -> Tuple[bool, str]:
+        """Look for a witness of ``mutant`` among recorded ``calls``: an input on which the
+        operator matches its single-device reference with the mutant off and differs (or
+        raises) with it on. Returns (proven, the witness or why there is none).
+
+        :raises NotImplementedError: the platform cannot replay calls (default; the torch
+            platform does in its local lane).
+        """
+        raise NotImplementedError(f"platform {self.platform!r} cannot replay recorded calls")
+
     def scenario_api(self) -> Any:
         """The namespace scenario cases use as ``ctx.api``.
 

@@ -12,7 +12,7 @@ import re
 import resource
 import time
 import types
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -499,6 +499,33 @@ class TorchGlooBackend(ShardBackend):
         """torch's version and the CPU kernel path it dispatches to (``AVX2``, ``AVX512``, ...):
         float results of the same program may differ between code paths."""
         return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+    def sharding_rules(self) -> Dict[str, str]:
+        """DTensor's registered rules (:func:`meshtest.platforms.torch_rules.registered_rules`)."""
+        from . import torch_rules
+
+        return torch_rules.registered_rules()
+
+    def record_calls(self) -> Any:
+        """:class:`meshtest.platforms.torch_rules.CallRecorder` (wraps DTensor's sharding propagator)."""
+        from . import torch_rules
+
+        return torch_rules.CallRecorder()
+
+    def faults(self) -> Dict[str, str]:
+        from . import torch_rules
+
+        return {name: what for name, (what, _) in torch_rules.FAULTS.items()}
+
+    def fault_sites(self, call: Dict[str, Any]) -> List[str]:
+        from . import torch_rules
+
+        return torch_rules.fault_sites(call)
+
+    def activate_mutant(self, mutant: str) -> None:
+        from . import torch_rules
+
+        torch_rules.activate(mutant)
 
     def features(self) -> frozenset:
         """Probed from the installed torch (see :data:`meshtest.model.rules.FEATURES`)."""

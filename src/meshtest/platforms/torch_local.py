@@ -121,6 +121,12 @@ class TorchLocalBackend(TorchGlooBackend):
             value = TorchGlooBackend.to_numpy(self, tensor)
         return {r: value for r in self.ranks()}
 
+    def prove_mutant(self, mutant: str, calls: Sequence[Dict[str, Any]]) -> Tuple[bool, str]:
+        """Replays recorded calls on this simulated world (:func:`meshtest.platforms.torch_witness.prove`)."""
+        from . import torch_witness
+
+        return torch_witness.prove(mutant, calls, self)
+
     def any_rank(self, flag: bool) -> bool:
         return bool(flag)
 

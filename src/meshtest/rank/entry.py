@@ -18,6 +18,7 @@ next case runs clean and is not blamed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import json
 import logging
@@ -171,7 +172,9 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
                                                        os.path.join(plan.cases_dir, case.name))
         files = CaseFiles(os.path.join(plan.cases_dir, case.name),
                           os.path.join(os.path.dirname(sc.file), "golden", f"{case.name}.json"), sc.file)
-        result = pipeline.run(case, backend, mesh, lambda step: out.emit(StepEntered(case.name, step)), phase, files)
+        with _recording(plan, sc, backend, rank, simulated):
+            result = pipeline.run(case, backend, mesh, lambda step: out.emit(StepEntered(case.name, step)), phase,
+                                  files)
         changes = state_changes(before, backend.global_state())
         if changes:
             backend.restore_global_state(before)
@@ -184,6 +187,21 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
                             elapsed, result.error, case.known_failure or "", result.detail,
                             getattr(case, "divergence", None) or ""))
     return result.status
+
+
+@contextlib.contextmanager
+def _recording(plan: LaunchPlan, sc: ScannedCase, backend: ShardBackend, rank: int, simulated: Sequence[int]):
+    """With ``plan.record_ops``: record the case's sharding-rule calls and append them to
+    ``ops<rank>.jsonl`` (rank 0 only in the ranks lane: every rank makes the same calls)."""
+    if not plan.record_ops or (rank != 0 and not simulated):
+        yield
+        return
+    with backend.record_calls() as recorder:
+        try:
+            yield
+        finally:
+            with open(os.path.join(plan.out_dir, f"ops{rank}.jsonl"), "a", encoding="utf-8") as f:
+                f.write(json.dumps({"case": sc.name, "file": sc.file, "calls": recorder.calls}, default=str) + "\n")
 
 
 def fence_timeout_s(case: Any, status: Status, plan: LaunchPlan) -> float:
@@ -212,6 +230,8 @@ def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend
     if plan.collective_checks and not backend.enable_collective_checks():
         log.info("platform %s has no collective fingerprint checks; running without", plan.platform)
     backend.init(plan.device_kind, timeout_s=pg_timeout_s)
+    if plan.mutant:
+        backend.activate_mutant(plan.mutant)
     if backend.world_size() != math.prod(plan.mesh_shape):  # nproc == prod(mesh_shape) (seed 000 §3.4)
         raise RuntimeError(f"launch {plan.group_id} has {backend.world_size()} ranks but its mesh "
                            f"{plan.mesh_shape} needs {math.prod(plan.mesh_shape)}")
@@ -282,6 +302,8 @@ def run_local_plan(plan: LaunchPlan, out: RankStream, cases: Dict[str, Any], loa
     and fail-fast rule as :func:`run_plan`; no fence (there are no peers to wait for)."""
     backend = load_backend(plan.platform, lane="local")
     backend.init(plan.device_kind, timeout_s=plan.case_timeout_s)
+    if plan.mutant:
+        backend.activate_mutant(plan.mutant)
     meshes: Dict[tuple, Any] = {}
     while (i := queue.take()) is not None:
         sc = plan.cases[i]

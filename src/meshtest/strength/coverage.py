@@ -1,0 +1,272 @@
+"""Sharding-rule coverage: which operators the corpus dispatches, with which input placements.
+
+The ranks of a run with ``--record-ops`` write each case's calls to ``ops<k>.jsonl``
+(:attr:`meshtest.contract.LaunchPlan.record_ops`; one record per distinct call:
+operator, mesh shape, each tensor input's shape and placements, the placements the rule
+redistributes them to, the output placements). This module merges the records of a run (or of
+several, e.g. every target of ``./pants test`` under ``dist/test``) and sets them against the
+operators the platform registers rules for (``ShardBackend.sharding_rules``), by family.
+
+Placement kinds, per tensor input and mesh dimension (what the summary counts):
+
+- ``R``, ``S(d)``, ``SS(d,k)``, ``P(sum)`` / ``P(avg)`` / ``P(max)`` / ``P(min)``: the input's placement;
+- ``S(d)~``: an uneven shard (``shape[d]`` not divisible by the mesh dimension's size);
+- ``X→Y``: the rule redistributes the input from ``X`` to ``Y`` first (``S(1)→R``: the op
+  gathers, reduces or scans along a sharded dim; ``P(sum)→R``: it needs the reduced value;
+  ``R→MP``: the embedding's masked partial).
+
+No torch import: the platform is reached through the port only.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+
+#: Name of the per-rank call files (:attr:`meshtest.contract.LaunchPlan.record_ops`).
+OPS_FILE_PREFIX = "ops"
+
+
+@dataclass
+class OpCoverage:
+    """What the corpus exercises of one operator.
+
+    :ivar cases: ``file::case`` of every case that dispatched it.
+    :ivar kinds: placement kinds of its inputs (module doc).
+    :ivar meshes: mesh dimensions it ran on (1, 2, ...).
+    :ivar calls: distinct recorded calls.
+    :ivar rule: whether a sharding rule answered (``False``: no rule; torch decomposed it).
+    """
+
+    op: str
+    cases: Set[str] = field(default_factory=set)
+    kinds: Set[str] = field(default_factory=set)
+    meshes: Set[int] = field(default_factory=set)
+    calls: List[Dict[str, Any]] = field(default_factory=list)
+    rule: bool = True
+
+
+def case_key(file: str, case: str) -> str:
+    return f"{file}::{case}"
+
+
+def ops_files(root: str) -> List[str]:
+    """Every ``ops<k>.jsonl`` under ``root`` (recursively), sorted."""
+    found = []
+    for d, _, names in os.walk(root):
+        found += [os.path.join(d, n) for n in names
+                  if n.startswith(OPS_FILE_PREFIX) and n.endswith(".jsonl") and n[len(OPS_FILE_PREFIX):-6].isdigit()]
+    return sorted(found)
+
+
+def read_calls(paths: Iterable[str]) -> Dict[str, List[Dict[str, Any]]]:
+    """``file::case`` → its recorded calls, merged over ``paths`` (``ops<k>.jsonl`` files).
+
+    :raises ValueError: a line that is not a JSON object with ``case``, ``file`` and ``calls``
+        (the message names the file and line).
+    """
+    out: Dict[str, List[Dict[str, Any]]] = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    doc = json.loads(line)
+                    key = case_key(doc["file"], doc["case"])
+                    calls = list(doc["calls"])
+                except (ValueError, KeyError, TypeError) as e:
+                    raise ValueError(f"{path}:{n}: not a call record ({type(e).__name__}: {e})") from None
+                seen = {json.dumps(c, sort_keys=True) for c in out.get(key, [])}
+                out.setdefault(key, []).extend(c for c in calls if json.dumps(c, sort_keys=True) not in seen)
+    return out
+
+
+def _tensor_args(call: Mapping[str, Any]) -> Iterator[Dict[str, Any]]:
+    def walk(a: Any) -> Iterator[Dict[str, Any]]:
+        if isinstance(a, dict) and "t" in a:
+            yield a
+        elif isinstance(a, dict) and "l" in a:
+            for x in a["l"]:
+                yield from walk(x)
+
+    for a in call.get("args", []):
+        yield from walk(a)
+    for a in call.get("kwargs", {}).values():
+        yield from walk(a)
+
+
+def placement_kinds(call: Mapping[str, Any]) -> Set[str]:
+    """The placement kinds (module doc) of one recorded call's tensor inputs."""
+    kinds: Set[str] = set()
+    mesh = call.get("mesh") or []
+    targets = call.get("to") or []
+    for i, a in enumerate(_tensor_args(call)):
+        shape = a.get("t") or []
+        dst = targets[i] if i < len(targets) else a.get("p", [])
+        for j, p in enumerate(a.get("p", [])):
+            kind = p
+            if p.startswith("S(") and j < len(mesh):
+                d = int(p[2:-1])
+                if 0 <= d < len(shape) and shape[d] % mesh[j]:
+                    kind = p + "~"
+            if j < len(dst) and dst[j] != p:
+                kind = f"{kind}→{dst[j]}"
+            kinds.add(kind)
+    return kinds
+
+
+def by_operator(calls: Mapping[str, Sequence[Mapping[str, Any]]]) -> Dict[str, OpCoverage]:
+    """Recorded calls per case (:func:`read_calls`) → per operator."""
+    ops: Dict[str, OpCoverage] = {}
+    for key, records in sorted(calls.items()):
+        for call in records:
+            if "op" not in call:
+                continue
+            cov = ops.setdefault(call["op"], OpCoverage(call["op"]))
+            cov.cases.add(key)
+            cov.calls.append(dict(call))
+            if "error" in call:
+                continue
+            cov.rule = cov.rule and bool(call.get("rule", True))
+            cov.kinds |= placement_kinds(call)
+            if call.get("mesh"):
+                cov.meshes.add(len(call["mesh"]))
+    return ops
+
+
+@dataclass
+class FamilyCoverage:
+    """One family of registered rules: how many operators, which are exercised."""
+
+    family: str
+    registered: List[str]
+    covered: List[str]
+
+    @property
+    def uncovered(self) -> List[str]:
+        done = set(self.covered)
+        return [op for op in self.registered if op not in done]
+
+
+def by_family(ops: Mapping[str, OpCoverage], rules: Mapping[str, str]) -> List[FamilyCoverage]:
+    """Registered operators (``rules``: op → family) grouped by family, with the exercised ones;
+    a family ``(no rule)`` lists operators the corpus dispatched that have no registered rule."""
+    fams: Dict[str, FamilyCoverage] = {}
+    for op, fam in sorted(rules.items()):
+        f = fams.setdefault(fam, FamilyCoverage(fam, [], []))
+        f.registered.append(op)
+        if op in ops:
+            f.covered.append(op)
+    extra = sorted(op for op in ops if op not in rules)
+    if extra:
+        fams["(no rule)"] = FamilyCoverage("(no rule)", extra, extra)
+    return sorted(fams.values(), key=lambda f: (-len(f.covered), f.family))
+
+
+def baseline_of(ops: Mapping[str, OpCoverage]) -> Dict[str, List[str]]:
+    """The stored form of coverage: operator → sorted placement kinds (plus ``"{n}d mesh"``)."""
+    return {op: sorted(c.kinds | {f"{n}d mesh" for n in c.meshes}) for op, c in sorted(ops.items())}
+
+
+def diff_baseline(old: Mapping[str, Sequence[str]], new: Mapping[str, Sequence[str]]) -> Tuple[List[str], List[str]]:
+    """(lost, gained): ``op`` or ``op kind`` lines present in only one of two baselines."""
+    lost: List[str] = []
+    gained: List[str] = []
+    for op in sorted(set(old) | set(new)):
+        if op not in new:
+            lost.append(f"{op} (operator no longer dispatched)")
+        elif op not in old:
+            gained.append(f"{op} (operator newly dispatched)")
+        else:
+            lost += [f"{op} {k}" for k in sorted(set(old[op]) - set(new[op]))]
+            gained += [f"{op} {k}" for k in sorted(set(new[op]) - set(old[op]))]
+    return lost, gained
+
+
+def format_table(families: Sequence[FamilyCoverage], ops: Mapping[str, OpCoverage], show: int = 8,
+                 full: bool = False) -> List[str]:
+    """Text report: per family, covered/registered and the exercised operators with their kinds
+    and case counts; then the uncovered operators (``show`` per family unless ``full``)."""
+    reg = sum(len(f.registered) for f in families if f.family != "(no rule)")
+    cov = sum(len(f.covered) for f in families if f.family != "(no rule)")
+    lines = [f"sharding-rule coverage: {cov} of {reg} registered operators exercised "
+             f"({100.0 * cov / max(reg, 1):.1f} %), {len(ops)} operators dispatched"]
+    lines.append(f"{'family':14} {'covered':>9}  operators exercised (cases; placement kinds)")
+    for f in families:
+        lines.append(f"{f.family:14} {len(f.covered):4d}/{len(f.registered):<4d}")
+        for op in f.covered:
+            c = ops[op]
+            mesh = "/".join(f"{n}d" for n in sorted(c.meshes))
+            lines.append(f"    {op}  ({len(c.cases)} case(s); {mesh or '-'}; {' '.join(sorted(c.kinds)) or '-'})")
+    lines.append("uncovered operators by family:")
+    for f in families:
+        missing = f.uncovered
+        if not missing:
+            continue
+        head = missing if full else missing[:show]
+        more = "" if len(head) == len(missing) else f" … and {len(missing) - len(head)} more (--all)"
+        lines.append(f"  {f.family} ({len(missing)}): {', '.join(head)}{more}")
+    return lines
+
+
+_HTML = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>meshtest sharding-rule coverage</title>
+<style>
+body{font-family:sans-serif;margin:1.5em} table{border-collapse:collapse;margin-bottom:1.5em}
+td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;font-size:13px}
+.none{background:#f8d0d0} .some{background:#fff3c4} .all{background:#d9f2d9} code{font-size:12px}
+</style></head><body>
+<h1>sharding-rule coverage</h1>
+<p id="total">{{ covered }} of {{ registered }} registered operators exercised
+({{ "%.1f"|format(percent) }} %); {{ dispatched }} operators dispatched.</p>
+<table id="families"><tr><th>family</th><th>exercised</th><th>registered</th></tr>
+{% for f in families %}<tr class="{{ 'none' if not f.covered else 'all' if not f.uncovered else 'some' }}">
+<td><a href="#{{ f.family }}">{{ f.family }}</a></td><td>{{ f.covered|length }}</td>
+<td>{{ f.registered|length }}</td></tr>
+{% endfor %}</table>
+{% for f in families %}<h2 id="{{ f.family }}">{{ f.family }}</h2>
+{% if f.covered %}<table class="ops"><tr><th>operator</th><th>cases</th><th>meshes</th><th>placement kinds</th></tr>
+{% for op in f.covered %}<tr><td><code>{{ op }}</code></td><td>{{ ops[op].cases|length }}</td>
+<td>{{ ops[op].meshes|sort|join(", ") }}</td><td><code>{{ ops[op].kinds|sort|join("  ") }}</code></td></tr>{% endfor %}
+</table>{% endif %}
+{% if f.uncovered %}<p class="uncovered">uncovered ({{ f.uncovered|length }}):
+<code>{{ f.uncovered|join(", ") }}</code></p>{% endif %}
+{% endfor %}
+</body></html>
+"""
+
+
+def write_html(path: str, families: Sequence[FamilyCoverage], ops: Mapping[str, OpCoverage]) -> None:
+    """The coverage table as a page (Jinja2, autoescaped, no scripts): one row per family, then
+    per family its exercised operators (cases, mesh dims, placement kinds) and the uncovered ones."""
+    from jinja2 import Environment
+
+    reg = sum(len(f.registered) for f in families if f.family != "(no rule)")
+    cov = sum(len(f.covered) for f in families if f.family != "(no rule)")
+    html = Environment(autoescape=True).from_string(_HTML).render(
+        families=families, ops=ops, registered=reg, covered=cov, percent=100.0 * cov / max(reg, 1),
+        dispatched=len(ops))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(html)
+
+
+def read_baseline(path: str) -> Optional[Dict[str, List[str]]]:
+    """A stored baseline (:func:`baseline_of`), or ``None`` when the file does not exist.
+
+    :raises ValueError: the file is not a JSON object of operator → list of kinds."""
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    if not isinstance(doc, dict) or not all(isinstance(v, list) for v in doc.get("ops", {}).values()):
+        raise ValueError(f"{path}: not a coverage baseline ({{'ops': {{operator: [kinds]}}}})")
+    return doc["ops"]
+
+
+def write_baseline(path: str, baseline: Mapping[str, Sequence[str]], how: str) -> None:
+    """Store ``baseline`` with the command that made it (``how``)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"made_by": how, "ops": dict(baseline)}, f, indent=1, sort_keys=True, ensure_ascii=False)
+        f.write("\n")

@@ -1,0 +1,148 @@
+"""The two suite-strength commands: ``python -m meshtest coverage-ops`` and ``python -m meshtest mutate``.
+
+Both start with the same recorded run: the selected cases that the one-process lane can run
+(op cases and layer-0 scenarios; the others need real ranks and are left out, counted), run
+with ``record_ops`` (:mod:`meshtest.strength.coverage`). Platform facts (registered rules,
+faults, fault sites, the mutant's process) come through the ``ShardBackend`` port.
+"""
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..parent.planner import select_cases
+from ..parent.runner import RunOptions, RunResult, run, scan_files
+from . import coverage, mutate
+
+#: The baseline the project test compares the cpu_level0 coverage with.
+BASELINE = os.path.join("cases", "torch", "strength", "cpu_level0_ops.json")
+
+
+def default_files() -> List[str]:
+    """Every ``case_*.py`` under ``cases/`` (from the current directory), sorted."""
+    return sorted(glob.glob(os.path.join("cases", "**", "case_*.py"), recursive=True))
+
+
+def recorded_run(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, platform: str = "torch",
+                 processes: int = 0, stream=sys.stdout) -> Tuple[RunResult, Dict[str, List[Dict[str, Any]]], list, int]:
+    """Run the selected cases that the one-process lane can run, recording their calls.
+
+    :returns: (the run's result, calls by ``file::case``, the cases run, how many selected
+        cases were left out because they need real ranks).
+    :raises meshtest.errors.SelectionError: see :func:`meshtest.parent.runner.run`.
+    """
+    cases, _, _ = scan_files(files)
+    selected = select_cases(cases, "cpu", tags)
+    local = [c for c in selected if c.runs_locally]
+    opts = RunOptions(artifacts_dir=artifacts_dir, platform=platform, tag_filters=tuple(tags), lane="local",
+                      record_ops=True, only_cases=tuple(c.name for c in local) or ("(none)",),
+                      local_processes=processes)
+    result = run(files, opts, stream)
+    calls = coverage.read_calls(coverage.ops_files(artifacts_dir))
+    return result, calls, local, len(selected) - len(local)
+
+
+def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, from_dirs: Sequence[str],
+                 platform: str, baseline: str, write: bool, full: bool) -> int:
+    """``coverage-ops``: print the table, write ``ops-coverage.html`` and ``ops-coverage.json``
+    into ``artifacts_dir``; with ``baseline``, diff against it (exit 1 on any change unless
+    ``write``, which stores the new one). Exit 2: nothing recorded."""
+    from ..platforms.backend import load_backend
+
+    t0 = time.monotonic()
+    if from_dirs:
+        calls = coverage.read_calls(p for d in from_dirs for p in coverage.ops_files(d))
+        note = f"merged {len(calls)} case(s) recorded under {', '.join(from_dirs)}"
+    else:
+        result, calls, local, left = recorded_run(files, tags, artifacts_dir, platform)
+        note = (f"recorded {len(calls)} of {len(local)} case(s) in the one-process lane"
+                + (f"; {left} selected case(s) need real ranks and were left out" if left else ""))
+    if not calls:
+        print("meshtest: no recorded calls (run with --record-ops, or select op cases)", file=sys.stderr)
+        return 2
+    ops = coverage.by_operator(calls)
+    families = coverage.by_family(ops, load_backend(platform).sharding_rules())
+    print("\n".join(coverage.format_table(families, ops, full=full)))
+    os.makedirs(artifacts_dir, exist_ok=True)
+    coverage.write_html(os.path.join(artifacts_dir, "ops-coverage.html"), families, ops)
+    current = coverage.baseline_of(ops)
+    how = f"python -m meshtest coverage-ops --tag {' --tag '.join(tags) or '(none)'}"
+    coverage.write_baseline(os.path.join(artifacts_dir, "ops-coverage.json"), current, how)
+    print(f"meshtest: {note}; {time.monotonic() - t0:.1f}s; table in {artifacts_dir}/ops-coverage.html")
+    if not baseline:
+        return 0
+    old = coverage.read_baseline(baseline)
+    if write or old is None:
+        coverage.write_baseline(baseline, current, how)
+        print(f"meshtest: baseline written to {baseline}")
+        return 0
+    lost, gained = coverage.diff_baseline(old, current)
+    for line in lost:
+        print(f"coverage lost: {line}")
+    for line in gained:
+        print(f"coverage gained: {line}")
+    if lost or gained:
+        print(f"meshtest: coverage differs from {baseline}: {len(lost)} lost, {len(gained)} gained; "
+              f"if intended, rerun with --write-baseline and commit it", file=sys.stderr)
+        return 1
+    print(f"meshtest: coverage equals the baseline {baseline}")
+    return 0
+
+
+def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, platform: str, op_patterns: Sequence[str],
+               faults: Sequence[str], jobs: int, case_timeout_s: float) -> int:
+    """``mutate``: see :mod:`meshtest.strength.mutate`. Exit 0 (the matrix is the result), 2 when
+    nothing could be mutated."""
+    from ..platforms.backend import load_backend
+    from ..rank.entry import load_cases
+
+    t0 = time.monotonic()
+    result, calls, local, left = recorded_run(files, tags, os.path.join(artifacts_dir, "coverage"), platform)
+    passing = {coverage.case_key(o.file, o.case) for o in result.outcomes if o.status.value == "pass"}
+    by_key = {coverage.case_key(c.file, c.name): c for c in local}
+    ops = coverage.by_operator(calls)
+    backend = load_backend(platform, lane="local")
+    known = backend.faults()
+    chosen = [f for f in known if not faults or f in faults]
+    unknown = sorted(set(faults) - set(known))
+    if unknown:
+        print(f"meshtest: unknown fault(s) {', '.join(unknown)}; platform {platform} has: {', '.join(known)}",
+              file=sys.stderr)
+        return 2
+    pairs = [(op, f) for op, f in mutate.mutants_of(ops, chosen, backend.fault_sites)
+             if not op_patterns or any(fnmatch.fnmatchcase(op, p) for p in op_patterns)]
+    if not pairs:
+        print("meshtest: no mutant: no selected case dispatches an operator with a fault site", file=sys.stderr)
+        return 2
+    cases_of = {op: [by_key[k] for k in sorted(ops[op].cases) if k in passing and k in by_key] for op, _ in pairs}
+    calls_of = {op: ops[op].calls for op, _ in pairs}
+    needed = {c.name: c for cs in cases_of.values() for c in cs}
+    loaded = load_cases(tuple(needed.values()))
+    todo = [mutate.MutantResult(f"{op}:{f}", op, f) for op, f in pairs]
+    print(f"meshtest: {len(todo)} mutant(s) over {len({op for op, _ in pairs})} operator(s), "
+          f"{len(needed)} passing case(s) to run under them, {jobs} at once"
+          + (f"; {left} selected case(s) need real ranks and were left out" if left else ""), flush=True)
+    mutate.run_mutants(todo, calls_of, cases_of, loaded, platform, os.path.join(artifacts_dir, "mutants"), jobs,
+                       case_timeout_s)
+    gates: Dict[str, Tuple[str, ...]] = {k: c.tags for k, c in by_key.items()}
+    ops_of_gate: Dict[str, set] = {}
+    for op, cov in ops.items():
+        for k in cov.cases:
+            for g in gates.get(k, ()):
+                if g.startswith("cpu_"):
+                    ops_of_gate.setdefault(g, set()).add(op)
+    gate_scores = mutate.scores(todo, gates, ops_of_gate)
+    wall = time.monotonic() - t0
+    print("\n".join(mutate.format_matrix(todo, gate_scores, wall)))
+    how = f"python -m meshtest mutate --tag {' --tag '.join(tags) or '(none)'}"
+    mutate.write_json(os.path.join(artifacts_dir, "mutation.json"), todo, gate_scores, wall, how)
+    print(f"meshtest: kill matrix in {artifacts_dir}/mutation.json")
+    return 0
+
+
+def baseline_path(value: Optional[str]) -> str:
+    return BASELINE if value == "default" else (value or "")
