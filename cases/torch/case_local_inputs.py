@@ -68,6 +68,10 @@ def neg(x):
     return -x
 
 
+def relu(x):
+    return torch.relu(x)
+
+
 def transpose(x):
     return x.t()
 
@@ -97,6 +101,14 @@ register(OpShardCase(name="local_partial_sum_plus_replicate_mesh2", fn=add,
 register(OpShardCase(name="local_partial_max_distinct_neg_mesh2", fn=neg,
                      inputs=[LocalInput(shape=(2, 5), local=rank_values((2, 5), -1.0))],
                      placements=[(Partial("max"),)], mesh_shape=MESH2, compare=EXACT, tags=L1))
+# relu is monotone, so relu of a Partial("max") stays Partial("max"). With distinct per-rank
+# values (torch's own partition of a full input gives every rank the same v) a rule that drops
+# the max or reduces with another op shows: `python -m meshtest mutate` found
+# aten.relu.default:partial_as_replicate / :wrong_reduce_op surviving unary_relu_partial_max_mesh4.
+register(OpShardCase(name="local_partial_max_distinct_relu_mesh4", fn=relu,
+                     inputs=[LocalInput(shape=(3, 4), local=rank_values((3, 4), 0.5))],
+                     placements=[(Partial("max"),)], mesh_shape=MESH4, compare=EXACT,
+                     tags=("cpu_level0", "cpu_level1", "npu_level1")))
 register(OpShardCase(name="local_partial_min_distinct_double_mesh2", fn=double,
                      inputs=[LocalInput(shape=(2, 5), local=rank_values((2, 5), 2.0))],
                      placements=[(Partial("min"),)], mesh_shape=MESH2, compare=EXACT, tags=L1))

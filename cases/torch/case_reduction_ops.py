@@ -283,6 +283,15 @@ register(OpShardCase(name="red_all_sharded_dim1_bool_mesh2", fn=all1,
                      inputs=[InputSpec((4, 6), dtype="bool",
                      data=[[True] * 6, [True, False] * 3, [True] * 6, [False] * 6])],
                      placements=[(Shard(1),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
+# Each row's verdict differs between the two column shards (a False in one shard only), so a
+# rank's local `all` is not the answer: the Partial(product) output must be reduced. (The case
+# above has rows whose two shards agree; `python -m meshtest mutate` found that it cannot tell a
+# lost reduction — aten.all.dim:partial_as_replicate survived it.)
+register(OpShardCase(name="red_all_sharded_dim1_bool_split_rows_mesh2", fn=all1,
+                     inputs=[InputSpec((3, 6), dtype="bool",
+                     data=[[True, True, True, False, True, True], [False, True, True, True, True, True],
+                           [True] * 6])],
+                     placements=[(Shard(1),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
 register(OpShardCase(name="red_any_sharded_dim0_keepdim_bool_uneven_mesh4", fn=any0_keepdim,
                      inputs=[InputSpec((7, 4), init="uniform", dtype="bool")],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=EXACT, tags=L0))

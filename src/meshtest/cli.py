@@ -138,12 +138,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _strength_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="*", metavar="FILE", help="case files (default: every cases/**/case_*.py)")
+    p.add_argument("files", nargs="*", metavar="FILE", help="case files (default: every cases/<platform>/**/case_*.py)")
     p.add_argument("--tag", "--gate", action="append", default=[], dest="tags", metavar="TAG",
                    help="a Pants --tag clause selecting the cases, e.g. cpu_level0")
+    p.add_argument("--case", action="append", default=[], metavar="PATTERN",
+                   help="fnmatch pattern on case names (repeatable)")
     p.add_argument("--artifacts-dir", default=None, help="where the run and the tables go "
                                                          "(default: dist/meshtest/<command>-<time>)")
     p.add_argument("--platform", default="torch")
+    p.add_argument("--slot-dir", default="", help="the device-slot pool's lock directory (as for `run`)")
 
 
 def _cmd_coverage(manifest: str, files: Sequence[str]) -> int:
@@ -267,7 +270,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_strength(args: argparse.Namespace) -> int:
     from .strength import run as strength
 
-    files = args.files or strength.default_files()
+    files = args.files or strength.default_files(args.platform)
     missing = [f for f in files if not os.path.isfile(f)]
     if missing:
         print(f"meshtest: no such case file: {', '.join(missing)}", file=sys.stderr)
@@ -277,9 +280,10 @@ def _cmd_strength(args: argparse.Namespace) -> int:
     try:
         if args.command == "mutate":
             return strength.cmd_mutate(files, args.tags, out, args.platform, args.op, args.fault, args.jobs,
-                                       args.case_timeout)
+                                       args.case_timeout, args.case, args.slot_dir)
         return strength.cmd_coverage(files, args.tags, out, args.from_dirs, args.platform,
-                                     strength.baseline_path(args.baseline), args.write_baseline, args.all)
+                                     strength.baseline_path(args.baseline), args.write_baseline, args.all, args.case,
+                                     args.slot_dir)
     except (SelectionError, SlotRequestError, ValueError) as e:
         print(f"meshtest: {e}", file=sys.stderr)
         return 2

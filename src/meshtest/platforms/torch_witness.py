@@ -6,7 +6,10 @@ draws fresh inputs of those shapes (seeded: floats standard normal, integers in 
 that any index is in range, booleans fair), distributes them with the recorded placements on a
 simulated mesh (:class:`meshtest.platforms.torch_local.TorchLocalBackend`), calls the operator
 and gathers every output (``full_tensor``) on every simulated rank; the reference is the same
-operator on the full tensors. A mutant is proven real by a **witness**: a call whose replay
+operator on the full tensors. A ``Partial`` input gets different values on the ranks it is
+partial over (zero-sum noise for ``sum``/``avg``; lowered/raised non-first ranks for
+``max``/``min``): torch's own partition gives every rank the same value, on which a lost
+reduction would not show. A mutant is proven real by a **witness**: a call whose replay
 matches the reference with the mutant off and differs from it (or raises) with the mutant on,
 the mutant having changed at least one propagated call. Comparison: ``numpy.allclose`` with
 ``rtol=1e-4, atol=1e-5`` (float32 round-off of a sharded reduction; exact for integers and
@@ -119,13 +122,20 @@ class Replay:
         return self.op(*args, **kwargs)
 
     def _numpy(self, out: Any) -> List[np.ndarray]:
-        return [t.detach().numpy().copy() for t in _tensors(out)]
+        # numpy has no bfloat16; widening bfloat16/float16 to float32 is exact
+        return [(t.detach().float() if t.dtype in (torch.bfloat16, torch.float16) else t.detach()).numpy().copy()
+                for t in _tensors(out)]
 
     def distributed(self, mesh: Any) -> Optional[str]:
         """Run the call on ``mesh``; ``None`` when every simulated rank's gathered outputs equal
         the reference, else what differed (or the exception raised)."""
+        gen = torch.Generator().manual_seed(1)
+
         def make(t: torch.Tensor, placements: Sequence[str]) -> Any:
-            return self.backend.distribute(t.clone(), mesh, [_placement(p) for p in placements])
+            declared = [_placement(p) for p in placements]
+            d = self.backend.distribute(t.clone(), mesh, declared)
+            _spread_partials(d, declared, mesh, gen)
+            return d
 
         try:
             out = self._run(make)
@@ -140,6 +150,34 @@ class Replay:
         except Exception as e:  # under a mutant, raising is one way of differing
             return f"raises {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         return None
+
+
+def _spread_partials(d: Any, placements: Sequence[mp.Placement], mesh: Any, gen: torch.Generator) -> None:
+    """Make a ``Partial`` input's per-rank values differ, keeping its reduction: torch's own
+    partition of a full value (``sum``: ``v/n`` on every rank; ``avg``/``max``/``min``: ``v``)
+    hands every rank the same tensor, which would hide a reduction the rule loses. Along each
+    Partial mesh dim, ranks that differ only in that coordinate get zero-sum noise (``sum``,
+    ``avg``), or all but the first are lowered (``max``) / raised (``min``) by ``|noise|``."""
+    local = getattr(d, "_local_tensor", None)
+    parts = getattr(local, "_local_tensors", None)
+    if parts is None or not d.dtype.is_floating_point:
+        return
+    ranks = mesh.mesh  # rank ids laid out in the mesh's shape
+    for j, p in enumerate(placements):
+        if not isinstance(p, mp.Partial):
+            continue
+        groups = ranks.movedim(j, -1).reshape(-1, ranks.shape[j]).tolist()  # one row per reduction group
+        with maybe_disable_local_tensor_mode():
+            for group in groups:
+                shape = parts[group[0]].shape
+                noise = torch.randn((len(group),) + tuple(shape), generator=gen).to(d.dtype)
+                for k, r in enumerate(group):
+                    if p.reduce_op in ("sum", "avg"):
+                        parts[r].add_(noise[k] - noise.mean(0))
+                    elif p.reduce_op == "max" and k:
+                        parts[r].sub_(noise[k].abs())
+                    elif p.reduce_op == "min" and k:
+                        parts[r].add_(noise[k].abs())
 
 
 def prove(mutant: str, calls: Sequence[Dict[str, Any]], backend: Any) -> Tuple[bool, str]:
@@ -166,6 +204,10 @@ def prove(mutant: str, calls: Sequence[Dict[str, Any]], backend: Any) -> Tuple[b
             ok, why = _witness(call, mutant, backend)
         except NotReplayable as e:
             reasons.append(f"{where}: not replayable ({e})")
+            continue
+        except Exception as e:  # the single-device reference itself rejects the drawn inputs
+            reasons.append(f"{where}: the reference raises on drawn inputs ({type(e).__name__}: "
+                           f"{str(e).splitlines()[0] if str(e) else ''})")
             continue
         if ok:
             return True, f"{where}: {why}"

@@ -36,11 +36,12 @@ from ..model.scan import ScannedCase
 from ..status import Status
 from .coverage import OpCoverage, case_key
 
-#: Seconds a mutant's process may take: a fixed part (proof, first simulated world) plus a
-#: part per case it runs (a case takes ~0.1 s in the one-process lane; a mutant that makes
-#: one loop or hang must not hold the run for long).
-MUTANT_BASE_S = 30.0
-MUTANT_PER_CASE_S = 5.0
+#: Seconds a mutant's proof may take (replaying a few calls on a simulated mesh takes < 2 s).
+PROOF_S = 30.0
+#: Seconds past a case's own deadline before its mutant's process is killed (the case hung).
+DEADLINE_MARGIN_S = 2.0
+#: Seconds between two reads of a running mutant's event stream.
+WATCH_EVERY_S = 0.5
 
 
 @dataclass
@@ -156,14 +157,52 @@ def _read_outcome(m: MutantResult, out_dir: str, cases: Sequence[ScannedCase], r
     m.state = "killed" if m.killers else "survived"
 
 
+class _Watch:
+    """A running mutant's process: when it started, and whether it is past a deadline — the
+    proof's (:data:`PROOF_S`, until ``proof.json`` exists) or the deadline of the case it is in
+    (from ``CaseStarted`` in its ``rank0.jsonl``, plus :data:`DEADLINE_MARGIN_S`)."""
+
+    def __init__(self, m: MutantResult, out_dir: str) -> None:
+        self.m, self.out_dir = m, out_dir
+        self.t0 = time.monotonic()
+        self._offset = 0
+        self._current: Optional[Tuple[float, float]] = None  # (Unix start, deadline s) of the open case
+        self._checked = 0.0
+
+    def overdue(self, now: float) -> bool:
+        if now - self._checked < WATCH_EVERY_S:
+            return False
+        self._checked = now
+        if not os.path.exists(os.path.join(self.out_dir, "proof.json")):
+            return now - self.t0 > PROOF_S
+        stream = os.path.join(self.out_dir, "rank0.jsonl")
+        if os.path.exists(stream):
+            with open(stream, encoding="utf-8") as f:
+                f.seek(self._offset)
+                for line in f:
+                    if not line.endswith("\n"):
+                        break
+                    self._offset += len(line.encode("utf-8"))
+                    try:
+                        ev = event_from_json(json.loads(line))
+                    except (ValueError, ContractError):
+                        continue
+                    if isinstance(ev, CaseStarted):
+                        self._current = (ev.t, ev.timeout_s)
+                    elif isinstance(ev, RankRecord):
+                        self._current = None
+        return self._current is not None and time.time() > self._current[0] + self._current[1] + DEADLINE_MARGIN_S
+
+
 def run_mutants(todo: Sequence[MutantResult], calls_of: Mapping[str, List[Dict[str, Any]]],
                 cases_of: Mapping[str, List[ScannedCase]], loaded: Tuple[Dict[str, Any], Dict[str, str]],
                 platform: str, out_dir: str, jobs: int, case_timeout_s: float, emit=print) -> None:
     """Run each mutant of ``todo`` in its own forked process, ``jobs`` at once, filling each
-    :class:`MutantResult` in place (see module doc). Any process still running when this
-    returns or raises is killed."""
+    :class:`MutantResult` in place (see module doc); a process past its deadline
+    (:class:`_Watch`) is killed and its open case counted as a ``timeout`` kill. Any process
+    still running when this returns or raises is killed."""
     pending = list(todo)
-    running: Dict[int, Tuple[MutantResult, float, float, str]] = {}
+    running: Dict[int, _Watch] = {}
     done = 0
     try:
         while pending or running:
@@ -171,28 +210,27 @@ def run_mutants(todo: Sequence[MutantResult], calls_of: Mapping[str, List[Dict[s
                 m = pending.pop(0)
                 mdir = os.path.join(out_dir, m.mutant.replace(":", "__").replace("/", "_"))
                 os.makedirs(mdir, exist_ok=True)
-                cases = cases_of.get(m.op, [])
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
-                    _child(m, calls_of.get(m.op, []), cases, loaded, platform, mdir, case_timeout_s)
-                limit = MUTANT_BASE_S + MUTANT_PER_CASE_S * len(cases)
-                running[pid] = (m, time.monotonic(), time.monotonic() + limit, mdir)
+                    _child(m, calls_of.get(m.op, []), cases_of.get(m.op, []), loaded, platform, mdir, case_timeout_s)
+                running[pid] = _Watch(m, mdir)
             pid, status = os.waitpid(-1, os.WNOHANG)
             now = time.monotonic()
             ended: List[Tuple[int, Optional[int], bool]] = []
             if pid:
                 ended.append((pid, os.waitstatus_to_exitcode(status), False))
-            for p, (_, _, deadline, _) in list(running.items()):
-                if p != pid and now > deadline:
+            for p, watch in list(running.items()):
+                if p != pid and watch.overdue(now):
                     os.kill(p, signal.SIGKILL)
                     os.waitpid(p, 0)
                     ended.append((p, None, True))
             for p, rc, hung in ended:
-                m, t0, _, mdir = running.pop(p)
-                m.wall_s = time.monotonic() - t0
-                _read_outcome(m, mdir, cases_of.get(m.op, []), rc, hung)
+                watch = running.pop(p)
+                m = watch.m
+                m.wall_s = time.monotonic() - watch.t0
+                _read_outcome(m, watch.out_dir, cases_of.get(m.op, []), rc, hung)
                 done += 1
                 emit(f"[{done}/{len(todo)}] {m.mutant}: {m.state}"
                      + (f" by {len(m.killers)} of {len(m.cases)} case(s)" if m.state in ("killed", "survived") else "")

@@ -22,13 +22,14 @@ from . import coverage, mutate
 BASELINE = os.path.join("cases", "torch", "strength", "cpu_level0_ops.json")
 
 
-def default_files() -> List[str]:
-    """Every ``case_*.py`` under ``cases/`` (from the current directory), sorted."""
-    return sorted(glob.glob(os.path.join("cases", "**", "case_*.py"), recursive=True))
+def default_files(platform: str = "torch") -> List[str]:
+    """Every ``case_*.py`` under ``cases/<platform>/`` (from the current directory), sorted."""
+    return sorted(glob.glob(os.path.join("cases", platform, "**", "case_*.py"), recursive=True))
 
 
 def recorded_run(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, platform: str = "torch",
-                 processes: int = 0, stream=sys.stdout) -> Tuple[RunResult, Dict[str, List[Dict[str, Any]]], list, int]:
+                 processes: int = 0, stream=sys.stdout, patterns: Sequence[str] = (), slot_dir: str = ""
+                 ) -> Tuple[RunResult, Dict[str, List[Dict[str, Any]]], list, int]:
     """Run the selected cases that the one-process lane can run, recording their calls.
 
     :returns: (the run's result, calls by ``file::case``, the cases run, how many selected
@@ -36,18 +37,20 @@ def recorded_run(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
     :raises meshtest.errors.SelectionError: see :func:`meshtest.parent.runner.run`.
     """
     cases, _, _ = scan_files(files)
-    selected = select_cases(cases, "cpu", tags)
+    selected = select_cases(cases, "cpu", tags, patterns)
     local = [c for c in selected if c.runs_locally]
-    opts = RunOptions(artifacts_dir=artifacts_dir, platform=platform, tag_filters=tuple(tags), lane="local",
+    opts = RunOptions(artifacts_dir=artifacts_dir, platform=platform, tag_filters=tuple(tags),
+                      name_patterns=tuple(patterns), lane="local",
                       record_ops=True, only_cases=tuple(c.name for c in local) or ("(none)",),
-                      local_processes=processes)
+                      local_processes=processes, slot_dir=slot_dir)
     result = run(files, opts, stream)
     calls = coverage.read_calls(coverage.ops_files(artifacts_dir))
     return result, calls, local, len(selected) - len(local)
 
 
 def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, from_dirs: Sequence[str],
-                 platform: str, baseline: str, write: bool, full: bool) -> int:
+                 platform: str, baseline: str, write: bool, full: bool, patterns: Sequence[str] = (),
+                 slot_dir: str = "") -> int:
     """``coverage-ops``: print the table, write ``ops-coverage.html`` and ``ops-coverage.json``
     into ``artifacts_dir``; with ``baseline``, diff against it (exit 1 on any change unless
     ``write``, which stores the new one). Exit 2: nothing recorded."""
@@ -58,7 +61,8 @@ def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
         calls = coverage.read_calls(p for d in from_dirs for p in coverage.ops_files(d))
         note = f"merged {len(calls)} case(s) recorded under {', '.join(from_dirs)}"
     else:
-        result, calls, local, left = recorded_run(files, tags, artifacts_dir, platform)
+        result, calls, local, left = recorded_run(files, tags, artifacts_dir, platform, patterns=patterns,
+                                                  slot_dir=slot_dir)
         note = (f"recorded {len(calls)} of {len(local)} case(s) in the one-process lane"
                 + (f"; {left} selected case(s) need real ranks and were left out" if left else ""))
     if not calls:
@@ -94,14 +98,16 @@ def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
 
 
 def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, platform: str, op_patterns: Sequence[str],
-               faults: Sequence[str], jobs: int, case_timeout_s: float) -> int:
+               faults: Sequence[str], jobs: int, case_timeout_s: float, patterns: Sequence[str] = (),
+               slot_dir: str = "") -> int:
     """``mutate``: see :mod:`meshtest.strength.mutate`. Exit 0 (the matrix is the result), 2 when
     nothing could be mutated."""
     from ..platforms.backend import load_backend
     from ..rank.entry import load_cases
 
     t0 = time.monotonic()
-    result, calls, local, left = recorded_run(files, tags, os.path.join(artifacts_dir, "coverage"), platform)
+    result, calls, local, left = recorded_run(files, tags, os.path.join(artifacts_dir, "coverage"), platform,
+                                              patterns=patterns, slot_dir=slot_dir)
     passing = {coverage.case_key(o.file, o.case) for o in result.outcomes if o.status.value == "pass"}
     by_key = {coverage.case_key(c.file, c.name): c for c in local}
     ops = coverage.by_operator(calls)

@@ -1,0 +1,97 @@
+"""Suite strength without torch: placement kinds, merging recorded calls, baselines, the
+mutant list, scores and the kill matrix (meshtest.strength.coverage / .mutate)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from meshtest.strength import coverage, mutate
+from meshtest.strength.mutate import MutantResult
+
+
+def _call(op, inputs, to=None, mesh=(2,), out=(("P(sum)",),), rule=True):
+    args = [{"t": list(shape), "dtype": "float32", "p": list(p)} for shape, p in inputs]
+    rec = {"op": op, "mesh": list(mesh), "args": args, "kwargs": {}, "rule": rule,
+           "out": [list(o) for o in out], "to": [list(t) for t in (to or [p for _, p in inputs])]}
+    return rec
+
+
+def test_placement_kinds_mark_uneven_shards_and_redistributions():
+    call = _call("aten.mm.default", [((5, 6), ("S(0)",)), ((6, 4), ("S(1)",))], to=[("S(0)",), ("R",)])
+    assert coverage.placement_kinds(call) == {"S(0)~", "S(1)→R"}
+    nested = {"op": "aten.cat.default", "mesh": [2, 2], "rule": True, "kwargs": {},
+              "args": [{"l": [{"t": [4, 4], "p": ["R", "S(1)"]}, {"t": [4, 3], "p": ["P(sum)", "S(1)"]}]}, {"v": 0}],
+              "to": [["R", "S(1)"], ["R", "S(1)"]]}
+    assert coverage.placement_kinds(nested) == {"R", "S(1)", "P(sum)→R", "S(1)~"}
+
+
+def test_calls_merge_per_case_and_a_bad_line_names_file_and_line(tmp_path):
+    a = _call("aten.mm.default", [((4, 6), ("S(1)",)), ((6, 4), ("S(0)",))])
+    b = _call("aten.sum.default", [((4, 4), ("P(sum)",))])
+    (tmp_path / "w2").mkdir()
+    (tmp_path / "ops0.jsonl").write_text(json.dumps({"case": "c1", "file": "f.py", "calls": [a]}) + "\n")
+    (tmp_path / "w2" / "ops1.jsonl").write_text(json.dumps({"case": "c1", "file": "f.py", "calls": [a, b]}) + "\n")
+    (tmp_path / "opsx.jsonl").write_text("not read: not ops<k>.jsonl\n")
+    files = coverage.ops_files(str(tmp_path))
+    assert [p.rsplit("/", 1)[-1] for p in files] == ["ops0.jsonl", "ops1.jsonl"]
+    calls = coverage.read_calls(files)
+    assert calls == {"f.py::c1": [a, b]}
+    ops = coverage.by_operator(calls)
+    assert ops["aten.mm.default"].cases == {"f.py::c1"} and ops["aten.mm.default"].meshes == {1}
+    (tmp_path / "ops2.jsonl").write_text('{"case": "c2"}\n')
+    with pytest.raises(ValueError, match=r"ops2.jsonl:1: not a call record"):
+        coverage.read_calls([str(tmp_path / "ops2.jsonl")])
+
+
+def test_families_list_uncovered_operators_and_dispatches_without_a_rule():
+    ops = coverage.by_operator({"f::a": [_call("aten.mm.default", [((4, 4), ("R",))]),
+                                        _call("aten.mv.default", [((4, 4), ("R",))], rule=False)]})
+    fams = {f.family: f for f in coverage.by_family(ops, {"aten.mm.default": "matrix", "aten.bmm.default": "matrix",
+                                                          "aten.add.Tensor": "pointwise"})}
+    assert fams["matrix"].covered == ["aten.mm.default"] and fams["matrix"].uncovered == ["aten.bmm.default"]
+    assert fams["pointwise"].covered == [] and fams["(no rule)"].covered == ["aten.mv.default"]
+    text = "\n".join(coverage.format_table(list(fams.values()), ops))
+    assert "1 of 3 registered operators exercised" in text and "pointwise (1): aten.add.Tensor" in text
+
+
+def test_a_baseline_diff_names_lost_and_gained_kinds(tmp_path):
+    old = {"aten.mm.default": ["1d mesh", "S(0)", "S(1)"], "aten.sum.default": ["R"]}
+    new = {"aten.mm.default": ["1d mesh", "S(0)", "P(sum)"], "aten.bmm.default": ["R"]}
+    lost, gained = coverage.diff_baseline(old, new)
+    assert lost == ["aten.mm.default S(1)", "aten.sum.default (operator no longer dispatched)"]
+    assert gained == ["aten.bmm.default (operator newly dispatched)", "aten.mm.default P(sum)"]
+    path = str(tmp_path / "b.json")
+    coverage.write_baseline(path, new, "test")
+    assert coverage.read_baseline(path) == new and coverage.read_baseline(str(tmp_path / "none.json")) is None
+    (tmp_path / "bad.json").write_text('{"ops": {"aten.mm.default": "R"}}')
+    with pytest.raises(ValueError, match="not a coverage baseline"):
+        coverage.read_baseline(str(tmp_path / "bad.json"))
+
+
+def test_mutants_come_from_every_exercised_operator_with_a_fault_site():
+    ops = coverage.by_operator({"f::a": [_call("aten.mm.default", [((4, 4), ("R",))]),
+                                        _call("aten.mv.default", [((4, 4), ("R",))], rule=False)],
+                                "f::b": [_call("aten.relu.default", [((4, 4), ("S(0)",))], out=(("S(0)",),))]})
+
+    def sites(call):
+        partial = any(p.startswith("P(") for o in call["out"] for p in o)
+        return ["partial_as_replicate"] if partial else ["wrong_shard_dim"]
+
+    got = mutate.mutants_of(ops, ["partial_as_replicate", "wrong_shard_dim", "gather_skipped"], sites)
+    # mv has no rule to mutate; relu's output is a Shard, mm's a Partial
+    assert got == [("aten.mm.default", "partial_as_replicate"), ("aten.relu.default", "wrong_shard_dim")]
+
+
+def test_scores_count_a_mutant_for_the_gates_whose_cases_killed_it():
+    killed0 = MutantResult("a:f", "a", "f", "killed", killers={"x.py::l0": "fail"})
+    killed1 = MutantResult("b:f", "b", "f", "killed", killers={"x.py::l1": "error"})
+    survived = MutantResult("a:g", "a", "g", "survived", evidence="witness")
+    unproven = MutantResult("b:g", "b", "g", "unproven", evidence="equivalent")
+    gates = {"x.py::l0": ("cpu_level0", "cpu_level1"), "x.py::l1": ("cpu_level1",)}
+    scores = mutate.scores([killed0, killed1, survived, unproven], gates,
+                           {"cpu_level0": {"a"}, "cpu_level1": {"a", "b"}})
+    assert scores == {"cpu_level0": (1, 2), "cpu_level1": (2, 3)}
+    text = "\n".join(mutate.format_matrix([killed0, killed1, survived, unproven], scores, 1.0))
+    assert "KILLED   a:f: 1/0  l0(fail)" in text and "SURVIVED a:g" in text and "unproven b:g: equivalent" in text
+    assert "mutation score cpu_level0: 1/2 = 50.0 %" in text
