@@ -1,6 +1,6 @@
 """The layout's import rules (docs/architecture.md), read from every module's syntax tree: the
-model imports no side, the two sides do not import each other, reports import no side, and the
-port imports no adapter."""
+model imports no side, the two sides do not import each other, reports import no side, the
+port imports no adapter, and only the CLI imports suite strength."""
 from __future__ import annotations
 
 import ast
@@ -13,13 +13,15 @@ PKG = os.path.dirname(os.path.abspath(meshtest.__file__))
 
 #: subpackage (or top-level module) → meshtest parts it must not import
 FORBIDDEN = {
-    "model": {"parent", "rank", "report", "platforms", "contract", "cli"},
-    "contract": {"parent", "rank", "report", "platforms", "cli"},
-    "status": {"model", "parent", "rank", "report", "platforms", "contract", "cli"},
-    "rank": {"parent", "report", "cli"},
-    "parent": {"rank", "cli"},
-    "report": {"parent", "rank", "platforms", "cli"},
-    "platforms": {"parent", "rank", "report", "cli"},
+    "model": {"parent", "rank", "report", "platforms", "contract", "cli", "strength"},
+    "contract": {"parent", "rank", "report", "platforms", "cli", "strength"},
+    "status": {"model", "parent", "rank", "report", "platforms", "contract", "cli", "strength"},
+    "rank": {"parent", "report", "cli", "strength"},
+    "parent": {"rank", "cli", "strength"},
+    "report": {"parent", "rank", "platforms", "cli", "strength"},
+    "platforms": {"parent", "rank", "report", "cli", "strength"},
+    # suite strength drives both sides like a command does; only the CLI uses it
+    "strength": {"cli"},
 }
 
 
