@@ -330,3 +330,31 @@ def test_missing_chromium_fails_under_ci_else_skips(monkeypatch, ci):
     outcome = pytest.fail.Exception if ci else pytest.skip.Exception
     with pytest.raises(outcome, match=r"\.ci/run installs Debian's chromium"):
         chromium_or_skip(None)
+
+
+def test_sharding_rule_coverage_table_in_headless_chromium(tmp_path):
+    """``ops-coverage.html`` (meshtest.strength.coverage.write_html): one row per family coloured
+    by how much is exercised, each family linking to its own table of operators and kinds."""
+    from meshtest.strength import coverage
+
+    chromium = Chromium(chromium_or_skip(find_chromium()), tmp_path / "chromium")
+    mm = {"op": "aten.mm.default", "mesh": [2], "rule": True, "kwargs": {}, "out": [["P(sum)"]],
+          "args": [{"t": [5, 6], "dtype": "float32", "p": ["S(1)"]}, {"t": [6, 4], "dtype": "float32", "p": ["S(0)"]}],
+          "to": [["S(1)"], ["S(0)"]]}
+    ops = coverage.by_operator({"f.py::a": [mm], "f.py::b": [mm]})
+    rules = {"aten.mm.default": "matrix", "aten.bmm.default": "matrix", "aten.add.Tensor": "pointwise",
+             "aten.embedding.default": "embedding"}
+    ops["aten.embedding.default"] = coverage.OpCoverage("aten.embedding.default", {"f.py::c"}, {"R→MP"}, {2})
+    page_path = tmp_path / "ops-coverage.html"
+    coverage.write_html(str(page_path), coverage.by_family(ops, rules), ops)
+    dom = chromium.dom(page_path)
+    page = Tables(dom)
+    fams = {r["cells"][0]["text"].strip(): r for r in page.rows if r["cells"] and r["cells"][0]["hrefs"]}
+    assert {k: v["class"] for k, v in fams.items()} == {"embedding": ["all"], "matrix": ["some"], "pointwise": ["none"]}
+    assert [c["text"].strip() for c in fams["matrix"]["cells"]] == ["matrix", "1", "2"]
+    for href in (h for r in fams.values() for h in r["cells"][0]["hrefs"]):
+        assert href.startswith("#") and href[1:] in page.ids
+    mm_row = next(r for r in page.rows if r["cells"] and r["cells"][0]["text"].strip() == "aten.mm.default")
+    assert [c["text"].strip() for c in mm_row["cells"]] == ["aten.mm.default", "2", "1", "S(0)  S(1)"]
+    assert "2 of 4 registered operators exercised" in dom and "aten.bmm.default" in dom
+    chromium.screenshot(page_path, SCREENSHOT_DIR / "ops-coverage.png")

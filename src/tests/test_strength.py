@@ -95,3 +95,6 @@ def test_scores_count_a_mutant_for_the_gates_whose_cases_killed_it():
     text = "\n".join(mutate.format_matrix([killed0, killed1, survived, unproven], scores, 1.0))
     assert "KILLED   a:f: 1/0  l0(fail)" in text and "SURVIVED a:g" in text and "unproven b:g: equivalent" in text
     assert "mutation score cpu_level0: 1/2 = 50.0 %" in text
+    grid = mutate.format_grid([killed0, killed1, survived, unproven], ["f", "g", "h"])
+    assert grid == ["kill grid: 1=f, 2=g; K killed, S survived, u unproven, . no site", "     1 2",
+                    "  a  K S", "  b  K u"]

@@ -114,6 +114,10 @@ def test_a_hang_or_crash_under_a_mutant_is_a_kill_and_leaves_no_process(tmp_path
     (m,) = json.loads((out / "mutation.json").read_text())["mutants"]
     assert m["state"] == "killed" and m["killers"] == {f"cases/faults/case_faults_mutant.py::{case}": how}
     assert _alive(str(out)) == []
+    from meshtest.parent.slots import SlotPool
+
+    with SlotPool(str(tmp_path / "slots"), 8).acquire(8, "after", timeout_s=2):
+        pass
 
 
 def test_run_with_a_mutant_fails_on_real_ranks(tmp_path):

@@ -259,6 +259,26 @@ def scores(results: Sequence[MutantResult], gates_of_case: Mapping[str, Sequence
     return out
 
 
+#: One letter per mutant state in :func:`format_grid`.
+GRID_MARKS = {"killed": "K", "survived": "S", "no_cases": "S", "unproven": "u"}
+
+
+def format_grid(results: Sequence[MutantResult], faults: Sequence[str]) -> List[str]:
+    """The kill matrix at a glance: one row per operator, one column per fault (numbered, the
+    legend first): ``K`` killed, ``S`` survived, ``u`` unproven (dropped), ``.`` no site."""
+    cols = [f for f in faults if any(m.fault == f for m in results)]
+    lines = ["kill grid: " + ", ".join(f"{i + 1}={f}" for i, f in enumerate(cols))
+             + "; K killed, S survived, u unproven, . no site"]
+    by_op: Dict[str, Dict[str, str]] = {}
+    for m in results:
+        by_op.setdefault(m.op, {})[m.fault] = GRID_MARKS.get(m.state, "?")
+    width = max((len(op) for op in by_op), default=0)
+    lines.append(f"  {'':{width}}  " + " ".join(str(i + 1) for i in range(len(cols))))
+    for op, marks in sorted(by_op.items()):
+        lines.append(f"  {op:{width}}  " + " ".join(marks.get(f, ".") for f in cols))
+    return lines
+
+
 def format_matrix(results: Sequence[MutantResult], gate_scores: Mapping[str, Tuple[int, int]],
                   wall_s: float, show: int = 3) -> List[str]:
     """The kill matrix (one line per proven mutant: the cases that killed it, ``show`` named),

@@ -132,8 +132,13 @@ def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, pl
     print(f"meshtest: {len(todo)} mutant(s) over {len({op for op, _ in pairs})} operator(s), "
           f"{len(needed)} passing case(s) to run under them, {jobs} at once"
           + (f"; {left} selected case(s) need real ranks and were left out" if left else ""), flush=True)
-    mutate.run_mutants(todo, calls_of, cases_of, loaded, platform, os.path.join(artifacts_dir, "mutants"), jobs,
-                       case_timeout_s)
+    # the mutants' processes run on device slots of the shared pool like any launch (they inherit the lease's locks)
+    from ..parent.slots import DEFAULT_SLOTS, SlotPool, default_slot_dir
+
+    jobs = max(1, min(jobs, DEFAULT_SLOTS))
+    with SlotPool(slot_dir or default_slot_dir()).acquire(jobs, "meshtest mutate"):
+        mutate.run_mutants(todo, calls_of, cases_of, loaded, platform, os.path.join(artifacts_dir, "mutants"), jobs,
+                           case_timeout_s)
     gates: Dict[str, Tuple[str, ...]] = {k: c.tags for k, c in by_key.items()}
     ops_of_gate: Dict[str, set] = {}
     for op, cov in ops.items():
@@ -144,6 +149,7 @@ def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, pl
     gate_scores = mutate.scores(todo, gates, ops_of_gate)
     wall = time.monotonic() - t0
     print("\n".join(mutate.format_matrix(todo, gate_scores, wall)))
+    print("\n".join(mutate.format_grid(todo, chosen)))
     how = f"python -m meshtest mutate --tag {' --tag '.join(tags) or '(none)'}"
     mutate.write_json(os.path.join(artifacts_dir, "mutation.json"), todo, gate_scores, wall, how)
     print(f"meshtest: kill matrix in {artifacts_dir}/mutation.json")
