@@ -74,7 +74,8 @@ def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
     os.makedirs(artifacts_dir, exist_ok=True)
     coverage.write_html(os.path.join(artifacts_dir, "ops-coverage.html"), families, ops)
     current = coverage.baseline_of(ops)
-    how = f"python -m meshtest coverage-ops --tag {' --tag '.join(tags) or '(none)'}"
+    how = "python -m meshtest coverage-ops " + (f"--from {' --from '.join(from_dirs)}" if from_dirs
+                                                  else f"--tag {' --tag '.join(tags) or '(none)'}")
     coverage.write_baseline(os.path.join(artifacts_dir, "ops-coverage.json"), current, how)
     print(f"meshtest: {note}; {time.monotonic() - t0:.1f}s; table in {artifacts_dir}/ops-coverage.html")
     if not baseline:
