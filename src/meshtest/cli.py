@@ -32,6 +32,10 @@ from .parent.slots import DEFAULT_SLOTS, SlotRequestError
 
 #: Environment variable with comma-separated fnmatch patterns of case names to run.
 CASE_FILTER_ENV = "MESHTEST_CASE_FILTER"
+#: Environment variable: when set (to anything but ""), ``run`` plans and prints its launch
+#: groups and starts nothing (under Pants too: `[test].extra_env_vars` passes it, and it is then
+#: part of the cache key). ``tools/check-shards`` uses it to see which targets a shard runs.
+DRY_RUN_ENV = "MESHTEST_DRY_RUN"
 
 
 def _split_specs(specs: Sequence[str]) -> Tuple[List[str], Dict[str, List[str]]]:
@@ -256,6 +260,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                       local_processes=args.local_processes, pack=args.pack,
                       durations_from=tuple(args.durations), record_ops=args.record_ops, mutant=args.mutant)
     try:
+        if os.environ.get(DRY_RUN_ENV):
+            return _dry_run(files, opts)
         result = run(files, opts)
     except (SelectionError, SlotRequestError) as e:
         print(f"meshtest: {e}", file=sys.stderr)
@@ -287,6 +293,25 @@ def _cmd_strength(args: argparse.Namespace) -> int:
     except (SelectionError, SlotRequestError, ValueError) as e:
         print(f"meshtest: {e}", file=sys.stderr)
         return 2
+
+
+def _dry_run(files: Sequence[str], opts) -> int:
+    """Print what ``run`` would launch (``$MESHTEST_DRY_RUN``); exit 1 when a file fails its scan."""
+    from .parent.planner import select_cases
+    from .parent.runner import plan_run, scan_files
+
+    cases, errors, _ = scan_files(files)
+    selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns))
+    groups, need = plan_run(selected, opts, {})
+    print(f"meshtest: dry run ({DRY_RUN_ENV}): {len(selected)} case(s) from {len(files)} file(s) in "
+          f"{len(groups)} launch group(s), {need} device slot(s); nothing launched")
+    for f in files:
+        print(f"  file {f}: {sum(c.file == f for c in selected)} case(s)")
+    for g in groups:
+        print(f"  would launch {g.group_id}: {len(g.cases)} case(s), {g.processes} process(es)")
+    for e in errors:
+        print(f"  scan error {e.file}: {e.failures[0].error if e.failures else e.case}")
+    return 1 if errors else 0
 
 
 def _exit_on_sigterm(signum, frame):
