@@ -23,9 +23,10 @@ def scanned(name: str, mesh_shape=(2,), names=None, tags=("cpu_level0",), needs_
                        needs_mesh=needs_mesh, solo_launcher=solo, lineno=lineno)
 
 
-def ranks_alive(marker: str) -> list:
-    """Command lines of live rank processes whose arguments contain ``marker`` (read from /proc:
-    ``ps`` cuts piped output at 80 columns, which would hide a long artifacts path)."""
+def processes_alive(marker: str, also: str = "") -> list:
+    """Command lines of live processes whose arguments contain ``marker`` (and ``also``), this
+    test process excluded (read from /proc: ``ps`` cuts piped output at 80 columns, which would
+    hide a long artifacts path)."""
     found = []
     for pid in os.listdir("/proc"):
         try:
@@ -33,9 +34,14 @@ def ranks_alive(marker: str) -> list:
                 args = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "meshtest.rank.entry" in args and marker in args:
+        if marker in args and also in args and pid != str(os.getpid()):
             found.append(f"{pid} {args}")
     return found
+
+
+def ranks_alive(marker: str) -> list:
+    """Command lines of live rank processes whose arguments contain ``marker``."""
+    return processes_alive(marker, also="meshtest.rank.entry")
 
 
 def assert_nothing_leaked(slot_dir: str, out: str, killed_holders: int = 0) -> None:

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import meshtest
+from tests.helpers import processes_alive
 
 torch = pytest.importorskip("torch")
 
@@ -23,19 +24,6 @@ def _meshtest(*args, timeout=600):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC_ROOT, REPO])}
     return subprocess.run([sys.executable, "-m", "meshtest", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)
-
-
-def _alive(marker: str) -> list:
-    found = []
-    for pid in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                args = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker in args and "pytest" not in args:
-            found.append(f"{pid} {args}")
-    return found
 
 
 @pytest.fixture
@@ -113,7 +101,7 @@ def test_a_hang_or_crash_under_a_mutant_is_a_kill_and_leaves_no_process(tmp_path
     assert r.returncode == 0, r.stdout + r.stderr
     (m,) = json.loads((out / "mutation.json").read_text())["mutants"]
     assert m["state"] == "killed" and m["killers"] == {f"cases/faults/case_faults_mutant.py::{case}": how}
-    assert _alive(str(out)) == []
+    assert processes_alive(str(out)) == []
     from meshtest.parent.slots import SlotPool
 
     with SlotPool(str(tmp_path / "slots"), 8).acquire(8, "after", timeout_s=2):
