@@ -355,6 +355,7 @@ def test_sharding_rule_coverage_table_in_headless_chromium(tmp_path):
     for href in (h for r in fams.values() for h in r["cells"][0]["hrefs"]):
         assert href.startswith("#") and href[1:] in page.ids
     mm_row = next(r for r in page.rows if r["cells"] and r["cells"][0]["text"].strip() == "aten.mm.default")
-    assert [c["text"].strip() for c in mm_row["cells"]] == ["aten.mm.default", "2", "1", "S(0)  S(1)"]
+    assert [c["text"].strip() for c in mm_row["cells"]] == ["aten.mm.default", "2", "1", "S(0)  S(1)",
+                                                             "in0: R S(0) P(sum); in1: R S(1) P(sum); uneven"]
     assert "2 of 4 registered operators exercised" in dom and "aten.bmm.default" in dom
     chromium.screenshot(page_path, SCREENSHOT_DIR / "ops-coverage.png")

@@ -51,8 +51,10 @@ def test_families_list_uncovered_operators_and_dispatches_without_a_rule():
                                                           "aten.add.Tensor": "pointwise"})}
     assert fams["matrix"].covered == ["aten.mm.default"] and fams["matrix"].uncovered == ["aten.bmm.default"]
     assert fams["pointwise"].covered == [] and fams["(no rule)"].covered == ["aten.mv.default"]
+    assert ops["aten.mm.default"].uncovered_kinds() == ["in0: S(0) S(1) P(sum)", "uneven"]
     text = "\n".join(coverage.format_table(list(fams.values()), ops))
     assert "1 of 3 registered operators exercised" in text and "pointwise (1): aten.add.Tensor" in text
+    assert "uncovered kinds: in0: S(0) S(1) P(sum); uneven" in text
 
 
 def test_a_baseline_diff_names_lost_and_gained_kinds(tmp_path):

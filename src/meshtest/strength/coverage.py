@@ -37,6 +37,9 @@ class OpCoverage:
     :ivar meshes: mesh dimensions it ran on (1, 2, ...).
     :ivar calls: distinct recorded calls.
     :ivar rule: whether a sharding rule answered (``False``: no rule; torch decomposed it).
+    :ivar by_input: per tensor-input position, the placements it arrived with (``R``, ``S(d)``,
+        ``P(op)``, ...; no uneven mark or redistribution).
+    :ivar ndims: per tensor-input position, the largest tensor rank seen there.
     """
 
     op: str
@@ -45,6 +48,23 @@ class OpCoverage:
     meshes: Set[int] = field(default_factory=set)
     calls: List[Dict[str, Any]] = field(default_factory=list)
     rule: bool = True
+    by_input: Dict[int, Set[str]] = field(default_factory=dict)
+    ndims: Dict[int, int] = field(default_factory=dict)
+
+    def uncovered_kinds(self) -> List[str]:
+        """Placement kinds no case gave this operator, per tensor input ``in<i>``: of ``R``,
+        ``S(d)`` for each dim the input has, ``P(sum)``; and ``uneven`` when no input was ever
+        an uneven shard. A universe without operator knowledge: some of these are kinds the
+        operator's rule can only redistribute (still worth a case: the redistribution is the rule)."""
+        out = []
+        for i in sorted(self.ndims):
+            universe = ["R"] + [f"S({d})" for d in range(self.ndims[i])] + ["P(sum)"]
+            missing = [k for k in universe if k not in self.by_input.get(i, set())]
+            if missing:
+                out.append(f"in{i}: {' '.join(missing)}")
+        if self.ndims and not any(k.split("→")[0].endswith("~") for k in self.kinds):
+            out.append("uneven")
+        return out
 
 
 def case_key(file: str, case: str) -> str:
@@ -131,6 +151,9 @@ def by_operator(calls: Mapping[str, Sequence[Mapping[str, Any]]]) -> Dict[str, O
                 continue
             cov.rule = cov.rule and bool(call.get("rule", True))
             cov.kinds |= placement_kinds(call)
+            for i, a in enumerate(_tensor_args(call)):
+                cov.by_input.setdefault(i, set()).update(a.get("p", []))
+                cov.ndims[i] = max(cov.ndims.get(i, 0), len(a.get("t") or []))
             if call.get("mesh"):
                 cov.meshes.add(len(call["mesh"]))
     return ops
@@ -200,6 +223,8 @@ def format_table(families: Sequence[FamilyCoverage], ops: Mapping[str, OpCoverag
             c = ops[op]
             mesh = "/".join(f"{n}d" for n in sorted(c.meshes))
             lines.append(f"    {op}  ({len(c.cases)} case(s); {mesh or '-'}; {' '.join(sorted(c.kinds)) or '-'})")
+            if c.uncovered_kinds():
+                lines.append(f"        uncovered kinds: {'; '.join(c.uncovered_kinds())}")
     lines.append("uncovered operators by family:")
     for f in families:
         missing = f.uncovered
@@ -227,9 +252,11 @@ td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;font-size:13px}
 <td>{{ f.registered|length }}</td></tr>
 {% endfor %}</table>
 {% for f in families %}<h2 id="{{ f.family }}">{{ f.family }}</h2>
-{% if f.covered %}<table class="ops"><tr><th>operator</th><th>cases</th><th>meshes</th><th>placement kinds</th></tr>
+{% if f.covered %}<table class="ops"><tr><th>operator</th><th>cases</th><th>meshes</th><th>placement kinds</th>
+<th>uncovered kinds</th></tr>
 {% for op in f.covered %}<tr><td><code>{{ op }}</code></td><td>{{ ops[op].cases|length }}</td>
-<td>{{ ops[op].meshes|sort|join(", ") }}</td><td><code>{{ ops[op].kinds|sort|join("  ") }}</code></td></tr>{% endfor %}
+<td>{{ ops[op].meshes|sort|join(", ") }}</td><td><code>{{ ops[op].kinds|sort|join("  ") }}</code></td>
+<td><code>{{ ops[op].uncovered_kinds()|join("; ") }}</code></td></tr>{% endfor %}
 </table>{% endif %}
 {% if f.uncovered %}<p class="uncovered">uncovered ({{ f.uncovered|length }}):
 <code>{{ f.uncovered|join(", ") }}</code></p>{% endif %}
