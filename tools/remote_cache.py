@@ -11,10 +11,10 @@ Execution API (CAS, ByteStream, ActionCache, Capabilities), which Pants reads an
 Then: ``MESHTEST_REMOTE_CACHE=$(python3 tools/remote_cache.py address)
 PANTS_CONFIG_FILES=pants.remote-cache.toml ./pants --tag=cpu_level0 test cases::``.
 
-BuildGrid 0.8 needs CPython >= 3.12: the first ``start`` makes a venv under ``DIR/venv`` with the
+BuildGrid 0.8 needs CPython >= 3.12: the first ``start`` makes a venv (:func:`venv_dir`) with the
 first of ``--python``, ``$MESHTEST_BUILDGRID_PYTHON``, ``python3.12``/``python3.13`` on PATH or
-pyenv's 3.12/3.13, and installs ``3rdparty/buildgrid/requirements.txt`` (pinned) into it; a
-changed requirements file reinstalls. The server's files live in DIR (default
+pyenv's 3.12/3.13, and installs ``3rdparty/buildgrid/requirements.txt`` (pinned) into it (about
+1.5 min once); a changed requirements file gets a new venv. The server's files live in DIR (default
 ``~/.cache/meshtest/remote-cache``): ``bgd.yml`` (from ``3rdparty/buildgrid/bgd.yml.in``), ``cas/``
 (blobs and the action cache's entries), ``bgd.log``, ``server.json`` (pid, port). ``start``
 returns once a Capabilities request is answered (timeout: ``--wait`` seconds); ``stop`` sends
@@ -61,16 +61,27 @@ def find_python(explicit: str = "") -> str:
                      "$MESHTEST_BUILDGRID_PYTHON, python3.12/python3.13 on PATH, pyenv 3.12/3.13)")
 
 
-def ensure_venv(directory: str, python: str) -> str:
-    """``DIR/venv/bin/bgd``, installing the pinned requirements first when they changed."""
-    venv = os.path.join(directory, "venv")
+def venv_dir() -> str:
+    """Where BuildGrid's venv lives: ``$MESHTEST_BUILDGRID_VENV``, else
+    ``~/.cache/meshtest/buildgrid/venv-<first 12 hex of the requirements' sha256>`` (shared by every
+    server directory; a changed requirements file gets a new venv)."""
+    if os.environ.get("MESHTEST_BUILDGRID_VENV"):
+        return os.environ["MESHTEST_BUILDGRID_VENV"]
+    with open(REQUIREMENTS, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    return os.path.join(os.path.expanduser("~"), ".cache", "meshtest", "buildgrid", f"venv-{digest[:12]}")
+
+
+def ensure_venv(python: str) -> str:
+    """The venv's ``bgd``, installing the pinned requirements first when the venv is incomplete."""
+    venv = venv_dir()
     stamp = os.path.join(venv, "meshtest-requirements.sha256")
     with open(REQUIREMENTS, "rb") as f:
         want = hashlib.sha256(f.read()).hexdigest()
     bgd = os.path.join(venv, "bin", "bgd")
     if os.path.exists(bgd) and os.path.exists(stamp) and open(stamp).read().strip() == want:
         return bgd
-    print(f"remote_cache: installing BuildGrid into {venv} (python {python})", flush=True)
+    print(f"remote_cache: installing BuildGrid into {venv} (python {python})", file=sys.stderr, flush=True)
     subprocess.run([python, "-m", "venv", "--clear", venv], check=True)
     subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", "--disable-pip-version-check",
                     "-r", REQUIREMENTS], check=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
@@ -111,7 +122,7 @@ def _alive(pid: int) -> bool:
 def answers(directory: str, timeout_s: float = 10.0) -> bool:
     """Whether the server of ``directory`` answers a REAPI GetCapabilities request."""
     st = _state(directory)
-    bgd = os.path.join(directory, "venv", "bin", "bgd")
+    bgd = os.path.join(venv_dir(), "bin", "bgd")
     if not st or not os.path.exists(bgd):
         return False
     try:
@@ -129,7 +140,7 @@ def start(directory: str, port: int, python: str, wait_s: float) -> int:
     if st and _alive(st["pid"]) and answers(directory):
         print(f"remote_cache: already running, pid {st['pid']}: grpc://127.0.0.1:{st['port']}")
         return 0
-    bgd = ensure_venv(directory, find_python(python))
+    bgd = ensure_venv(find_python(python))
     port = port or free_port()
     with open(CONFIG_TEMPLATE) as f:
         config = f.read().replace("@DIR@", directory).replace("@PORT@", str(port))

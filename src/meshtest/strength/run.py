@@ -98,6 +98,16 @@ def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
     return 0
 
 
+def complete_gates(files: Sequence[str], local: Sequence[Any]) -> set:
+    """The cpu gates whose every case the one-process lane can run from ``files`` is among
+    ``local`` (the cases run): only those get a score (``--tag cpu_level0`` says nothing of
+    ``cpu_level1``, whose other cases did not run)."""
+    cases, _, _ = scan_files(files)
+    ran = {(c.file, c.name) for c in local}
+    gates = {g for c in local for g in c.tags if g.startswith("cpu_")}
+    return {g for g in gates if all((c.file, c.name) in ran for c in cases if g in c.tags and c.runs_locally)}
+
+
 def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, platform: str, op_patterns: Sequence[str],
                faults: Sequence[str], jobs: int, case_timeout_s: float, patterns: Sequence[str] = (),
                slot_dir: str = "") -> int:
@@ -141,11 +151,12 @@ def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, pl
         mutate.run_mutants(todo, calls_of, cases_of, loaded, platform, os.path.join(artifacts_dir, "mutants"), jobs,
                            case_timeout_s)
     gates: Dict[str, Tuple[str, ...]] = {k: c.tags for k, c in by_key.items()}
+    whole = complete_gates(files, local)
     ops_of_gate: Dict[str, set] = {}
     for op, cov in ops.items():
         for k in cov.cases:
             for g in gates.get(k, ()):
-                if g.startswith("cpu_"):
+                if g in whole:
                     ops_of_gate.setdefault(g, set()).add(op)
     gate_scores = mutate.scores(todo, gates, ops_of_gate)
     wall = time.monotonic() - t0
