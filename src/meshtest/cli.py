@@ -119,6 +119,12 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("coverage", help="the capability domain x layer matrix of training cases (seed 001)")
     v.add_argument("manifest", help="file with one 'domain<TAB>description' line per capability domain")
     v.add_argument("files", nargs="+")
+    _strength_parsers(sub)
+    return ap
+
+
+def _strength_parsers(sub) -> None:
+    """The suite-strength subcommands (``docs/strength.md``)."""
     o = sub.add_parser("coverage-ops", help="sharding-rule coverage: operators and input placements the cases "
                                             "exercise, against the rules the platform registers")
     _strength_args(o)
@@ -138,7 +144,6 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants at once (default: CPU cores)")
     m.add_argument("--case-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="deadline of one case under a mutant (default 60)")
-    return ap
 
 
 def _strength_args(p: argparse.ArgumentParser) -> None:
