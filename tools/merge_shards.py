@@ -70,8 +70,9 @@ def merge(out: str, shards: List[str]) -> Dict[str, object]:
 
 
 def main(argv: List[str]) -> int:
+    """``OUT SHARD_DIR...``: exit 0 merged, 2 wrong arguments or not one split of one gate."""
     if len(argv) < 2:
-        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        print("usage: python3 tools/merge_shards.py OUT SHARD_DIR...\n" + __doc__.split("\n\n")[2], file=sys.stderr)
         return 2
     try:
         doc = merge(argv[0], argv[1:])

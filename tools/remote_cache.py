@@ -3,10 +3,10 @@
 Execution API (CAS, ByteStream, ActionCache, Capabilities), which Pants reads and writes with
 ``remote_cache_read`` / ``remote_cache_write`` (``pants.remote-cache.toml``).
 
-    python3 tools/remote_cache.py start [--dir DIR] [--port PORT]   # prints the address
+    python3 tools/remote_cache.py start [--dir DIR] [--port PORT] [--host ADDR]   # prints the address
     python3 tools/remote_cache.py status [--dir DIR]                 # exit 0 when it answers
     python3 tools/remote_cache.py stop [--dir DIR]
-    python3 tools/remote_cache.py address [--dir DIR]                # grpc://127.0.0.1:PORT
+    python3 tools/remote_cache.py address [--dir DIR] [--host NAME]  # grpc://NAME:PORT (default 127.0.0.1)
 
 Then: ``MESHTEST_REMOTE_CACHE=$(python3 tools/remote_cache.py address)
 PANTS_CONFIG_FILES=pants.remote-cache.toml ./pants --tag=cpu_level0 test cases::``.
@@ -16,7 +16,9 @@ first of ``--python``, ``$MESHTEST_BUILDGRID_PYTHON``, ``python3.12``/``python3.
 pyenv's 3.12/3.13, and installs ``3rdparty/buildgrid/requirements.txt`` (pinned) into it (about
 1.5 min once); a changed requirements file gets a new venv. The server's files live in DIR (default
 ``~/.cache/meshtest/remote-cache``): ``bgd.yml`` (from ``3rdparty/buildgrid/bgd.yml.in``), ``cas/``
-(blobs and the action cache's entries), ``bgd.log``, ``server.json`` (pid, port). ``start``
+(the blobs; the ActionCache index is BuildGrid's in-memory LRU, empty after a restart), ``bgd.log``,
+``server.json`` (pid, port; removed by ``stop``). ``--host`` is the address the server binds
+(default ``127.0.0.1``; ``0.0.0.0`` for a fleet). ``start``
 returns once a Capabilities request is answered (timeout: ``--wait`` seconds); ``stop`` sends
 SIGTERM, then SIGKILL after 10 s, to the server's whole process group.
 Only the standard library: it runs with the system ``python3``, like the other tools.
@@ -91,6 +93,7 @@ def ensure_venv(python: str) -> str:
 
 
 def free_port() -> int:
+    """A TCP port free on this machine now (the kernel's pick)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -105,45 +108,53 @@ def _state(directory: str) -> dict:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live BuildGrid server (a reused pid of another program is not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie (our own child, not yet reaped) is not serving
-    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().replace(b"\0", b" ").decode(errors="replace")
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
+            zombie = f.read().split(")")[-1].split()[0] == "Z"
     except OSError:
-        return True
+        return False
+    return "bgd" in args and "server" in args and not zombie
 
 
 def answers(directory: str, timeout_s: float = 10.0) -> bool:
-    """Whether the server of ``directory`` answers a REAPI GetCapabilities request."""
+    """Whether the server of ``directory`` answers a REAPI GetCapabilities request (on its
+    recorded port, through loopback when it binds every interface)."""
     st = _state(directory)
     bgd = os.path.join(venv_dir(), "bin", "bgd")
     if not st or not os.path.exists(bgd):
         return False
     try:
-        out = subprocess.run([bgd, "capabilities", "--remote", f"http://127.0.0.1:{st['port']}",
+        host = st.get("host", "127.0.0.1")
+        host = "127.0.0.1" if host in ("0.0.0.0", "::", "[::]") else host
+        out = subprocess.run([bgd, "capabilities", "--remote", f"http://{host}:{st['port']}",
                               "--instance-name", INSTANCE], capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return False
     return out.returncode == 0 and "highApiVersion" in out.stdout
 
 
-def start(directory: str, port: int, python: str, wait_s: float) -> int:
+def start(directory: str, port: int, python: str, wait_s: float, host: str = "127.0.0.1") -> int:
+    """Start the server of ``directory`` (see module doc); prints its address. Returns the exit
+    code: 0 serving (or already serving), 1 it exited or did not answer within ``wait_s``.
+
+    :raises subprocess.CalledProcessError: installing BuildGrid's venv failed.
+    :raises SystemExit: no CPython >= 3.12 found."""
     directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
     st = _state(directory)
-    if st and _alive(st["pid"]) and answers(directory):
-        print(f"remote_cache: already running, pid {st['pid']}: grpc://127.0.0.1:{st['port']}")
-        return 0
+    if st and _alive(st["pid"]):
+        if answers(directory):
+            print(f"grpc://{st.get('host', '127.0.0.1')}:{st['port']}")
+            print(f"remote_cache: already running, pid {st['pid']}", file=sys.stderr)
+            return 0
+        stop(directory)  # alive but not answering: never leave a second server beside it
     bgd = ensure_venv(find_python(python))
     port = port or free_port()
     with open(CONFIG_TEMPLATE) as f:
-        config = f.read().replace("@DIR@", directory).replace("@PORT@", str(port))
+        config = f.read().replace("@DIR@", directory).replace("@PORT@", str(port)).replace("@HOST@", host)
     with open(os.path.join(directory, "bgd.yml"), "w") as f:
         f.write(config)
     log = open(os.path.join(directory, "bgd.log"), "a")
@@ -153,7 +164,7 @@ def start(directory: str, port: int, python: str, wait_s: float) -> int:
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                             cwd=directory)
     with open(os.path.join(directory, "server.json"), "w") as f:
-        json.dump({"pid": proc.pid, "port": port, "instance": INSTANCE}, f)
+        json.dump({"pid": proc.pid, "port": port, "host": host, "instance": INSTANCE}, f)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -161,7 +172,7 @@ def start(directory: str, port: int, python: str, wait_s: float) -> int:
                   file=sys.stderr)
             return 1
         if answers(directory, timeout_s=5):
-            print(f"grpc://127.0.0.1:{port}")
+            print(f"grpc://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}")
             print(f"remote_cache: BuildGrid pid {proc.pid} serving instance {INSTANCE!r}; log {directory}/bgd.log",
                   file=sys.stderr)
             return 0
@@ -172,8 +183,13 @@ def start(directory: str, port: int, python: str, wait_s: float) -> int:
 
 
 def stop(directory: str) -> int:
-    st = _state(os.path.abspath(directory))
+    """Stop the server of ``directory`` (SIGTERM, then SIGKILL after 10 s, to its process
+    group) and remove ``server.json``. Returns 0 (also when nothing was running)."""
+    directory = os.path.abspath(directory)
+    st = _state(directory)
     if not st or not _alive(st["pid"]):
+        if os.path.exists(os.path.join(directory, "server.json")):
+            os.remove(os.path.join(directory, "server.json"))
         print("remote_cache: not running")
         return 0
     pgid = st["pid"]  # started with start_new_session: its own process group
@@ -191,31 +207,37 @@ def stop(directory: str) -> int:
         os.killpg(pgid, signal.SIGKILL)  # anything of the group still there (workers)
     except ProcessLookupError:
         pass
+    os.remove(os.path.join(directory, "server.json"))
     print(f"remote_cache: stopped pid {st['pid']}")
     return 0
 
 
 def main(argv=None) -> int:
+    """The command line (module doc); returns the exit code."""
     ap = argparse.ArgumentParser(prog="tools/remote_cache.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("command", choices=("start", "stop", "status", "address"))
     ap.add_argument("--dir", default=os.environ.get("MESHTEST_REMOTE_CACHE_DIR", DEFAULT_DIR))
-    ap.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (default: a free one)")
+    ap.add_argument("--port", type=int, default=0, help="TCP port (default: a free one)")
+    ap.add_argument("--host", default="",
+                    help="start: the address to bind (default 127.0.0.1; 0.0.0.0 for a fleet); address: the host "
+                         "name other machines reach it by")
     ap.add_argument("--python", default="", help="CPython >= 3.12 for BuildGrid's venv")
     ap.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the server to answer")
     args = ap.parse_args(argv)
     if args.command == "start":
-        return start(args.dir, args.port, args.python, args.wait)
+        return start(args.dir, args.port, args.python, args.wait, args.host or "127.0.0.1")
     if args.command == "stop":
         return stop(args.dir)
     st = _state(os.path.abspath(args.dir))
     if args.command == "address":
-        if not st:
-            print("remote_cache: not started", file=sys.stderr)
+        if not st or not _alive(st["pid"]):
+            print("remote_cache: not running", file=sys.stderr)
             return 1
-        print(f"grpc://127.0.0.1:{st['port']}")
+        host = args.host or st.get("host", "127.0.0.1")
+        print(f"grpc://{'127.0.0.1' if host == '0.0.0.0' else host}:{st['port']}")
         return 0
     ok = bool(st) and _alive(st["pid"]) and answers(os.path.abspath(args.dir))
-    print(f"remote_cache: {'serving' if ok else 'not serving'}" + (f" grpc://127.0.0.1:{st['port']}" if st else ""))
+    print(f"remote_cache: {'serving' if ok else 'not serving'}" + (f" on port {st['port']}" if st else ""))
     return 0 if ok else 1
 
 
