@@ -5,8 +5,9 @@ Every DTensor operator call goes through one object, torch's ``ShardingPropagato
 (``DTensor._op_dispatcher.sharding_propagator``): given the operator and its inputs'
 ``DTensorSpec`` s (placements on the DeviceMesh, shape, dtype) it returns an ``OutputSharding``
 — the output placements and, when the inputs must move first, the placements to redistribute
-them to. This module wraps the propagator's cached entry point (``propagate_op_sharding``, which
-torch's C++ fast path calls on a cache miss) once per process:
+them to. This module wraps, once per process, both of its entry points: ``propagate_op_sharding``
+(the cached one) and ``propagate_op_sharding_non_cached`` (which torch's C++ fast path calls after
+its own cache missed):
 
 - :class:`CallRecorder` writes down each distinct call (operator, input specs, literal
   arguments, the rule's output placements and redistributions) while a case runs;
@@ -26,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -220,11 +221,11 @@ def _redistribute_with(result: OutputSharding, schema: OpSchema,
             return type(a)(fix(x) for x in a)
         return a
 
+    # positional tensor inputs only (``args_spec`` pairs with them); keyword tensors keep the rule's plan
     args = tuple(fix(a) for a in target.args_schema)
-    kwargs = {k: fix(v) for k, v in target.kwargs_schema.items()}
     if not changed:
         return None
-    return dataclasses.replace(result, redistribute_schema=OpSchema(target.op, args, kwargs,
+    return dataclasses.replace(result, redistribute_schema=OpSchema(target.op, args, target.kwargs_schema,
                                                                     schema_info=target.schema_info))
 
 
@@ -329,6 +330,8 @@ class CallRecorder:
         self._seen: set = set()
 
     def add(self, schema: OpSchema, result: Optional[OutputSharding]) -> None:
+        """Record one propagated call (``result`` ``None``: no rule), once per distinct record; a
+        call this module cannot describe is recorded as ``{"op", "error"}``."""
         try:
             rec = call_json(schema, result)
         except Exception as e:  # a call torch can make but this module cannot describe: say so, go on
@@ -438,8 +441,3 @@ def replayable(call: Dict[str, Any]) -> Optional[str]:
     if any(str(a.get("dtype", "")).startswith("complex") for a in _tensor_args(call)):
         return "a complex input"
     return None
-
-
-def mutant_ids(ops: Sequence[str]) -> List[str]:
-    """Every ``op:fault`` for ``ops`` (each operator × each fault of :data:`FAULTS`)."""
-    return [f"{op}:{fault}" for op in ops for fault in FAULTS]

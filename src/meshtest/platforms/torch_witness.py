@@ -200,8 +200,9 @@ def prove(mutant: str, calls: Sequence[Dict[str, Any]], backend: Any) -> Tuple[b
             break
         tried += 1
         where = f"mesh {call['mesh']} inputs {[a['p'] for a in torch_rules._tensor_args(call)]}"
+        mesh = _mesh_for(call, backend)  # a failure here is the simulation's, not the call's: it propagates
         try:
-            ok, why = _witness(call, mutant, backend)
+            ok, why = _witness(call, mutant, backend, mesh)
         except NotReplayable as e:
             reasons.append(f"{where}: not replayable ({e})")
             continue
@@ -217,11 +218,14 @@ def prove(mutant: str, calls: Sequence[Dict[str, Any]], backend: Any) -> Tuple[b
     return False, "; ".join(reasons)
 
 
-def _witness(call: Dict[str, Any], mutant: str, backend: Any) -> Tuple[bool, str]:
+def _mesh_for(call: Dict[str, Any], backend: Any) -> Any:
     shape = tuple(call["mesh"])
     if backend.world_size() != math.prod(shape):
         backend.set_world(math.prod(shape))
-    mesh = backend.make_mesh(shape, normalised_dim_names(len(shape)))
+    return backend.make_mesh(shape, normalised_dim_names(len(shape)))
+
+
+def _witness(call: Dict[str, Any], mutant: str, backend: Any, mesh: Any) -> Tuple[bool, str]:
     replay = Replay(call, backend)
     off = replay.distributed(mesh)
     if off is not None:

@@ -68,6 +68,7 @@ class OpCoverage:
 
 
 def case_key(file: str, case: str) -> str:
+    """``file::case``, how coverage and mutation mode name a case."""
     return f"{file}::{case}"
 
 
@@ -169,6 +170,7 @@ class FamilyCoverage:
 
     @property
     def uncovered(self) -> List[str]:
+        """Registered operators of the family no case dispatched, sorted."""
         done = set(self.covered)
         return [op for op in self.registered if op not in done]
 
@@ -287,7 +289,8 @@ def read_baseline(path: str) -> Optional[Dict[str, List[str]]]:
         return None
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
-    if not isinstance(doc, dict) or not all(isinstance(v, list) for v in doc.get("ops", {}).values()):
+    if not isinstance(doc, dict) or not isinstance(doc.get("ops"), dict) \
+            or not all(isinstance(v, list) for v in doc["ops"].values()):
         raise ValueError(f"{path}: not a coverage baseline ({{'ops': {{operator: [kinds]}}}})")
     return doc["ops"]
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -42,6 +43,9 @@ PROOF_S = 30.0
 DEADLINE_MARGIN_S = 2.0
 #: Seconds between two reads of a running mutant's event stream.
 WATCH_EVERY_S = 0.5
+#: A mutant's process is killed after PROOF_S + this many seconds per case it runs, whatever it
+#: is doing (a hang between cases: switching the simulated world, making a mesh).
+TOTAL_PER_CASE_S = 120.0
 
 
 @dataclass
@@ -91,8 +95,10 @@ def _child(m: MutantResult, calls: Sequence[Dict[str, Any]], cases: Sequence[Sca
         backend = load_backend(platform, lane="local")
         proven, evidence = backend.prove_mutant(m.mutant, calls)
         backend.shutdown()
-        with open(os.path.join(out_dir, "proof.json"), "w", encoding="utf-8") as f:
+        tmp = os.path.join(out_dir, "proof.json.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
             json.dump({"proven": proven, "evidence": evidence}, f)
+        os.replace(tmp, os.path.join(out_dir, "proof.json"))  # the parent never reads half a file
         if proven and cases:
             plan = LaunchPlan(group_id=f"mutant-{m.fault}", platform=platform, device_kind="cpu", mesh_shape=(1,),
                               mesh_dim_names=("d0",), out_dir=out_dir, case_timeout_s=case_timeout_s,
@@ -162,9 +168,10 @@ class _Watch:
     proof's (:data:`PROOF_S`, until ``proof.json`` exists) or the deadline of the case it is in
     (from ``CaseStarted`` in its ``rank0.jsonl``, plus :data:`DEADLINE_MARGIN_S`)."""
 
-    def __init__(self, m: MutantResult, out_dir: str) -> None:
+    def __init__(self, m: MutantResult, out_dir: str, cases: int = 0) -> None:
         self.m, self.out_dir = m, out_dir
         self.t0 = time.monotonic()
+        self.limit_s = PROOF_S + TOTAL_PER_CASE_S * max(cases, 1)
         self._offset = 0
         self._current: Optional[Tuple[float, float]] = None  # (Unix start, deadline s) of the open case
         self._checked = 0.0
@@ -173,6 +180,8 @@ class _Watch:
         if now - self._checked < WATCH_EVERY_S:
             return False
         self._checked = now
+        if now - self.t0 > self.limit_s:
+            return True
         if not os.path.exists(os.path.join(self.out_dir, "proof.json")):
             return now - self.t0 > PROOF_S
         stream = os.path.join(self.out_dir, "rank0.jsonl")
@@ -198,9 +207,10 @@ def run_mutants(todo: Sequence[MutantResult], calls_of: Mapping[str, List[Dict[s
                 cases_of: Mapping[str, List[ScannedCase]], loaded: Tuple[Dict[str, Any], Dict[str, str]],
                 platform: str, out_dir: str, jobs: int, case_timeout_s: float, emit=print) -> None:
     """Run each mutant of ``todo`` in its own forked process, ``jobs`` at once, filling each
-    :class:`MutantResult` in place (see module doc); a process past its deadline
-    (:class:`_Watch`) is killed and its open case counted as a ``timeout`` kill. Any process
-    still running when this returns or raises is killed."""
+    :class:`MutantResult` in place (see module doc) and appending it to ``out_dir/mutants.jsonl``
+    as it ends; a process past its deadline (:class:`_Watch`) is killed and its open case
+    counted as a ``timeout`` kill. Any process still running when this returns or raises is
+    killed."""
     pending = list(todo)
     running: Dict[int, _Watch] = {}
     done = 0
@@ -209,13 +219,15 @@ def run_mutants(todo: Sequence[MutantResult], calls_of: Mapping[str, List[Dict[s
             while pending and len(running) < max(1, jobs):
                 m = pending.pop(0)
                 mdir = os.path.join(out_dir, m.mutant.replace(":", "__").replace("/", "_"))
-                os.makedirs(mdir, exist_ok=True)
+                if os.path.isdir(mdir):  # a reused artifacts dir: an earlier run's events must not count here
+                    shutil.rmtree(mdir)
+                os.makedirs(mdir)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
                     _child(m, calls_of.get(m.op, []), cases_of.get(m.op, []), loaded, platform, mdir, case_timeout_s)
-                running[pid] = _Watch(m, mdir)
+                running[pid] = _Watch(m, mdir, len(cases_of.get(m.op, [])))
             pid, status = os.waitpid(-1, os.WNOHANG)
             now = time.monotonic()
             ended: List[Tuple[int, Optional[int], bool]] = []
@@ -230,8 +242,13 @@ def run_mutants(todo: Sequence[MutantResult], calls_of: Mapping[str, List[Dict[s
                 watch = running.pop(p)
                 m = watch.m
                 m.wall_s = time.monotonic() - watch.t0
-                _read_outcome(m, watch.out_dir, cases_of.get(m.op, []), rc, hung)
+                try:
+                    _read_outcome(m, watch.out_dir, cases_of.get(m.op, []), rc, hung)
+                except (OSError, ValueError, KeyError) as e:  # one unreadable mutant must not end the run
+                    m.state, m.evidence = "unproven", f"its results could not be read: {type(e).__name__}: {e}"
                 done += 1
+                with open(os.path.join(out_dir, "mutants.jsonl"), "a", encoding="utf-8") as f:
+                    f.write(json.dumps(asdict(m)) + "\n")  # kept even if the run is cut short
                 emit(f"[{done}/{len(todo)}] {m.mutant}: {m.state}"
                      + (f" by {len(m.killers)} of {len(m.cases)} case(s)" if m.state in ("killed", "survived") else "")
                      + f" ({m.wall_s:.1f}s)")
@@ -308,6 +325,9 @@ def format_matrix(results: Sequence[MutantResult], gate_scores: Mapping[str, Tup
 
 def write_json(path: str, results: Sequence[MutantResult], gate_scores: Mapping[str, Tuple[int, int]],
                wall_s: float, how: str) -> None:
+    """``mutation.json``: the command, wall seconds, scores per gate, every mutant.
+
+    :raises OSError: ``path`` cannot be written."""
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"made_by": how, "wall_s": round(wall_s, 1),
                    "scores": {g: {"killed": k, "proven": p} for g, (k, p) in gate_scores.items()},

@@ -52,8 +52,12 @@ def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
                  platform: str, baseline: str, write: bool, full: bool, patterns: Sequence[str] = (),
                  slot_dir: str = "") -> int:
     """``coverage-ops``: print the table, write ``ops-coverage.html`` and ``ops-coverage.json``
-    into ``artifacts_dir``; with ``baseline``, diff against it (exit 1 on any change unless
-    ``write``, which stores the new one). Exit 2: nothing recorded."""
+    into ``artifacts_dir``; with ``baseline``, diff against it (exit 1 on any change); ``write``
+    stores the result as the baseline (``baseline``, default :data:`BASELINE`) instead. Exit 2:
+    nothing recorded, or no baseline file to compare with.
+
+    :raises ValueError: an unreadable ops file or baseline.
+    :raises meshtest.errors.SelectionError: see :func:`meshtest.parent.runner.run`."""
     from ..platforms.backend import load_backend
 
     t0 = time.monotonic()
@@ -78,13 +82,16 @@ def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
                                                   else f"--tag {' --tag '.join(tags) or '(none)'}")
     coverage.write_baseline(os.path.join(artifacts_dir, "ops-coverage.json"), current, how)
     print(f"meshtest: {note}; {time.monotonic() - t0:.1f}s; table in {artifacts_dir}/ops-coverage.html")
+    if write:
+        coverage.write_baseline(baseline or BASELINE, current, how)
+        print(f"meshtest: baseline written to {baseline or BASELINE}")
+        return 0
     if not baseline:
         return 0
     old = coverage.read_baseline(baseline)
-    if write or old is None:
-        coverage.write_baseline(baseline, current, how)
-        print(f"meshtest: baseline written to {baseline}")
-        return 0
+    if old is None:
+        print(f"meshtest: no baseline at {baseline} (store one with --write-baseline)", file=sys.stderr)
+        return 2
     lost, gained = coverage.diff_baseline(old, current)
     for line in lost:
         print(f"coverage lost: {line}")
@@ -112,24 +119,28 @@ def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, pl
                faults: Sequence[str], jobs: int, case_timeout_s: float, patterns: Sequence[str] = (),
                slot_dir: str = "") -> int:
     """``mutate``: see :mod:`meshtest.strength.mutate`. Exit 0 (the matrix is the result), 2 when
-    nothing could be mutated."""
+    nothing could be mutated or a fault is unknown. ``jobs`` is capped at the slot pool's size
+    (``$MESHTEST_SLOTS``, default 8): the mutants' processes hold that many slots.
+
+    :raises meshtest.errors.SelectionError: see :func:`meshtest.parent.runner.run`.
+    :raises meshtest.parent.slots.SlotRequestError: ``jobs`` slots cannot be had."""
     from ..platforms.backend import load_backend
     from ..rank.entry import load_cases
 
     t0 = time.monotonic()
+    backend = load_backend(platform, lane="local")
+    known = backend.faults()
+    chosen = [f for f in known if not faults or f in faults]
+    unknown = sorted(set(faults) - set(known))
+    if unknown:  # before the recorded run, which takes a while
+        print(f"meshtest: unknown fault(s) {', '.join(unknown)}; platform {platform} has: {', '.join(known)}",
+              file=sys.stderr)
+        return 2
     result, calls, local, left = recorded_run(files, tags, os.path.join(artifacts_dir, "coverage"), platform,
                                               patterns=patterns, slot_dir=slot_dir)
     passing = {coverage.case_key(o.file, o.case) for o in result.outcomes if o.status.value == "pass"}
     by_key = {coverage.case_key(c.file, c.name): c for c in local}
     ops = coverage.by_operator(calls)
-    backend = load_backend(platform, lane="local")
-    known = backend.faults()
-    chosen = [f for f in known if not faults or f in faults]
-    unknown = sorted(set(faults) - set(known))
-    if unknown:
-        print(f"meshtest: unknown fault(s) {', '.join(unknown)}; platform {platform} has: {', '.join(known)}",
-              file=sys.stderr)
-        return 2
     pairs = [(op, f) for op, f in mutate.mutants_of(ops, chosen, backend.fault_sites)
              if not op_patterns or any(fnmatch.fnmatchcase(op, p) for p in op_patterns)]
     if not pairs:
@@ -146,8 +157,9 @@ def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, pl
     # the mutants' processes run on device slots of the shared pool like any launch (they inherit the lease's locks)
     from ..parent.slots import DEFAULT_SLOTS, SlotPool, default_slot_dir
 
-    jobs = max(1, min(jobs, DEFAULT_SLOTS))
-    with SlotPool(slot_dir or default_slot_dir()).acquire(jobs, "meshtest mutate"):
+    size = int(os.environ.get("MESHTEST_SLOTS", DEFAULT_SLOTS))
+    jobs = max(1, min(jobs, size))
+    with SlotPool(slot_dir or default_slot_dir(), size).acquire(jobs, "meshtest mutate"):
         mutate.run_mutants(todo, calls_of, cases_of, loaded, platform, os.path.join(artifacts_dir, "mutants"), jobs,
                            case_timeout_s)
     gates: Dict[str, Tuple[str, ...]] = {k: c.tags for k, c in by_key.items()}
@@ -169,4 +181,5 @@ def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, pl
 
 
 def baseline_path(value: Optional[str]) -> str:
+    """``--baseline`` as a path: ``default`` → :data:`BASELINE`; empty stays empty."""
     return BASELINE if value == "default" else (value or "")
