@@ -251,6 +251,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if missing:
         print(f"meshtest: no such case file: {', '.join(missing)}", file=sys.stderr)
         return 2
+    if args.mutant and (":" not in args.mutant or not args.mutant.rpartition(":")[0]):
+        print(f"meshtest: --mutant {args.mutant!r}: expected OPERATOR:FAULT, e.g. "
+              "aten.mm.default:partial_as_replicate (faults: python -m meshtest mutate --help, docs/strength.md)",
+              file=sys.stderr)
+        return 2
     env_patterns = [p for p in os.environ.get(CASE_FILTER_ENV, "").split(",") if p.strip()]
     patterns = tuple(args.case + [p.strip() for p in env_patterns])
     out = args.artifacts_dir or os.path.join(
