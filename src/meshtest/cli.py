@@ -253,7 +253,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     if args.mutant and (":" not in args.mutant or not args.mutant.rpartition(":")[0]):
         print(f"meshtest: --mutant {args.mutant!r}: expected OPERATOR:FAULT, e.g. "
-              "aten.mm.default:partial_as_replicate (faults: python -m meshtest mutate --help, docs/strength.md)",
+              "aten.mm.default:partial_as_replicate (the faults: docs/strength.md)",
               file=sys.stderr)
         return 2
     env_patterns = [p for p in os.environ.get(CASE_FILTER_ENV, "").split(",") if p.strip()]
