@@ -319,7 +319,8 @@ def format_matrix(results: Sequence[MutantResult], gate_scores: Mapping[str, Tup
         counts[m.state] = counts.get(m.state, 0) + 1
     lines.append("mutants: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; wall {wall_s:.1f}s")
     for gate, (k, p) in gate_scores.items():
-        lines.append(f"mutation score {gate}: {k}/{p} = {100.0 * k / max(p, 1):.1f} %")
+        lines.append(f"mutation score {gate}: {k}/{p} = {100.0 * k / p:.1f} %" if p
+                     else f"mutation score {gate}: no proven mutant of its operators in this run")
     return lines
 
 
