@@ -29,11 +29,11 @@ def default_files(platform: str = "torch") -> List[str]:
 
 def recorded_run(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, platform: str = "torch",
                  processes: int = 0, stream=sys.stdout, patterns: Sequence[str] = (), slot_dir: str = ""
-                 ) -> Tuple[RunResult, Dict[str, List[Dict[str, Any]]], list, int]:
+                 ) -> Tuple[RunResult, Dict[str, List[Dict[str, Any]]], list, int, list]:
     """Run the selected cases that the one-process lane can run, recording their calls.
 
     :returns: (the run's result, calls by ``file::case``, the cases run, how many selected
-        cases were left out because they need real ranks).
+        cases were left out because they need real ranks, every scanned case of ``files``).
     :raises meshtest.errors.SelectionError: see :func:`meshtest.parent.runner.run`.
     """
     cases, _, _ = scan_files(files)
@@ -45,7 +45,7 @@ def recorded_run(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
                       local_processes=processes, slot_dir=slot_dir)
     result = run(files, opts, stream)
     calls = coverage.read_calls(coverage.ops_files(artifacts_dir))
-    return result, calls, local, len(selected) - len(local)
+    return result, calls, local, len(selected) - len(local), cases
 
 
 def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, from_dirs: Sequence[str],
@@ -65,7 +65,7 @@ def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
         calls = coverage.read_calls(p for d in from_dirs for p in coverage.ops_files(d))
         note = f"merged {len(calls)} case(s) recorded under {', '.join(from_dirs)}"
     else:
-        result, calls, local, left = recorded_run(files, tags, artifacts_dir, platform, patterns=patterns,
+        result, calls, local, left, _ = recorded_run(files, tags, artifacts_dir, platform, patterns=patterns,
                                                   slot_dir=slot_dir)
         note = (f"recorded {len(calls)} of {len(local)} case(s) in the one-process lane"
                 + (f"; {left} selected case(s) need real ranks and were left out" if left else ""))
@@ -105,11 +105,10 @@ def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
     return 0
 
 
-def complete_gates(files: Sequence[str], local: Sequence[Any]) -> set:
-    """The cpu gates whose every case the one-process lane can run from ``files`` is among
-    ``local`` (the cases run): only those get a score (``--tag cpu_level0`` says nothing of
+def complete_gates(cases: Sequence[Any], local: Sequence[Any]) -> set:
+    """The cpu gates whose every case (of the scanned ``cases``) the one-process lane can run is
+    among ``local`` (the cases run): only those get a score (``--tag cpu_level0`` says nothing of
     ``cpu_level1``, whose other cases did not run)."""
-    cases, _, _ = scan_files(files)
     ran = {(c.file, c.name) for c in local}
     gates = {g for c in local for g in c.tags if g.startswith("cpu_")}
     return {g for g in gates if all((c.file, c.name) in ran for c in cases if g in c.tags and c.runs_locally)}
@@ -136,7 +135,7 @@ def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, pl
         print(f"meshtest: unknown fault(s) {', '.join(unknown)}; platform {platform} has: {', '.join(known)}",
               file=sys.stderr)
         return 2
-    result, calls, local, left = recorded_run(files, tags, os.path.join(artifacts_dir, "coverage"), platform,
+    result, calls, local, left, scanned = recorded_run(files, tags, os.path.join(artifacts_dir, "coverage"), platform,
                                               patterns=patterns, slot_dir=slot_dir)
     passing = {coverage.case_key(o.file, o.case) for o in result.outcomes if o.status.value == "pass"}
     by_key = {coverage.case_key(c.file, c.name): c for c in local}
@@ -163,7 +162,7 @@ def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, pl
         mutate.run_mutants(todo, calls_of, cases_of, loaded, platform, os.path.join(artifacts_dir, "mutants"), jobs,
                            case_timeout_s)
     gates: Dict[str, Tuple[str, ...]] = {k: c.tags for k, c in by_key.items()}
-    whole = complete_gates(files, local)
+    whole = complete_gates(scanned, local)
     ops_of_gate: Dict[str, set] = {}
     for op, cov in ops.items():
         for k in cov.cases:
