@@ -25,7 +25,8 @@ import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .contract import DEFAULT_CASE_TIMEOUT_S
-from .errors import SelectionError
+from .errors import DeviceUnavailable, SelectionError
+from .model.rules import DEVICE_KINDS
 from .model.scan import scan_case_file
 from .parent.planner import gate_is_fail_fast
 from .parent.slots import DEFAULT_SLOTS, SlotRequestError
@@ -67,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--artifacts-dir", default=None,
                    help="where rank logs and results go (default: dist/meshtest/run-<time>)")
     r.add_argument("--platform", default="torch")
-    r.add_argument("--device-kind", default="cpu", choices=("cpu", "npu"))
+    r.add_argument("--device-kind", default="cpu", choices=DEVICE_KINDS)
     r.add_argument("--case-timeout", type=float, default=DEFAULT_CASE_TIMEOUT_S, metavar="SECONDS",
                    help=f"deadline of one case (default {DEFAULT_CASE_TIMEOUT_S:g})")
     r.add_argument("--slots", type=int, default=int(os.environ.get("MESHTEST_SLOTS", DEFAULT_SLOTS)),
@@ -273,7 +274,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if os.environ.get(DRY_RUN_ENV):
             return _dry_run(files, opts)
         result = run(files, opts)
-    except (SelectionError, SlotRequestError) as e:
+    except (SelectionError, SlotRequestError, DeviceUnavailable) as e:
         print(f"meshtest: {e}", file=sys.stderr)
         return 2
     print(f"meshtest: {result.launches} launch(es); artifacts in {out}")

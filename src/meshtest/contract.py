@@ -36,7 +36,7 @@ from .model.scan import ScannedCase
 from .status import Status
 
 #: Version of the launch plan format. Bump it whenever a contract type changes shape.
-PLAN_VERSION = 6
+PLAN_VERSION = 7
 
 #: Default deadline of one case, in seconds. A launch's process-group timeout is half the
 #: longest deadline among its cases.
@@ -200,6 +200,17 @@ class LaunchPlan:
 
 
 @dataclass(frozen=True)
+class RankStarted:
+    """A rank process began: its ``pid``, so that a launcher that notices a dead worker late
+    (msrun: ~45 s, as a node timeout) does not hold the launch: the watcher sees the process gone
+    and ends the launch at once (:class:`meshtest.parent.launch.RankWatcher`)."""
+
+    EVENT: ClassVar[str] = "rank_started"
+    rank: int
+    pid: int
+
+
+@dataclass(frozen=True)
 class CaseStarted:
     """A rank began a case; ``t`` is Unix time, ``timeout_s`` the case's deadline."""
 
@@ -272,9 +283,9 @@ class RankDone:
     rank: int
 
 
-RankEvent = Union[CaseStarted, StepEntered, RankRecord, FenceEntered, Stopped, RankDone]
-_EVENTS: Dict[str, Type[Any]] = {c.EVENT: c for c in (CaseStarted, StepEntered, RankRecord, FenceEntered, Stopped,
-                                                       RankDone)}
+RankEvent = Union[RankStarted, CaseStarted, StepEntered, RankRecord, FenceEntered, Stopped, RankDone]
+_EVENTS: Dict[str, Type[Any]] = {c.EVENT: c for c in (RankStarted, CaseStarted, StepEntered, RankRecord, FenceEntered,
+                                                       Stopped, RankDone)}
 
 
 def event_to_json(event: RankEvent) -> Dict[str, Any]:

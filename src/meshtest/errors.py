@@ -42,3 +42,14 @@ class CaseFileError(MeshtestError):
 
 class SelectionError(MeshtestError):
     """A command-line or environment filter selects no case, or names an unknown one."""
+
+
+class DeviceUnavailable(MeshtestError):
+    """This machine cannot run the selected launches on their device kind (no device, too few,
+    the platform's device layer missing). The message is one line naming what is missing."""
+
+
+class Unsupported(MeshtestError, NotImplementedError):
+    """Raised by a platform adapter: the platform lacks what the case needs (an API, a kernel on
+    this device). The case is reported ``unsupported on platform <name>: <message>`` — counted
+    and listed apart, never passed, never failed."""

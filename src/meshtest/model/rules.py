@@ -17,11 +17,16 @@ from ..errors import CaseDeclarationError
 #: ``*_nightly`` gates are long runs (seed 001 §4.5: stability over hundreds of steps), which
 #: no level0/level1 selection picks.
 #: ``*_faults`` marks the fault-injection package (cases/faults): selected only by name.
+#: ``cpu_level*`` are Torch CPU (gloo) gates, as seed 000 §8.5 defines them; MindSpore on CPU
+#: (msrun over ``mccl``, which the seed's gates do not name: its MindSpore runs on Ascend) has
+#: gates of its own, ``cpu_ms_level0/1``, so the Torch CPU job's selection stays what the seed
+#: says. ``npu_level*`` select Torch and MindSpore on Ascend alike (seed 000 §8.5), ``cuda_level*``
+#: Torch on CUDA (nccl).
 GATE_TAGS = ("cpu_level0", "cpu_level1", "cpu_nightly", "npu_level0", "npu_level1", "npu_nightly", "cpu_faults",
-             "npu_faults")
+             "npu_faults", "cpu_ms_level0", "cpu_ms_level1", "cuda_level0", "cuda_level1")
 
 #: Device kinds a gate tag's prefix may name.
-DEVICE_KINDS = ("cpu", "npu")
+DEVICE_KINDS = ("cpu", "npu", "cuda")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-\[\],=+()]+$")
 
@@ -234,6 +239,8 @@ FEATURES = {
     "symmetric_memory": "symmetric memory (torch.distributed._symmetric_memory): device peer memory (CUDA), not "
                         "CPU/gloo",
     "meta_init": "meta-device module construction and to_empty materialization",
+    "collectives": "the platform's own collectives on each rank's plain tensors, as ctx.api.comm: all_reduce, "
+                   "all_gather, broadcast, reduce_scatter, barrier",
 }
 
 _FEATURE_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import psutil
+
 from ..contract import (
     DUMP_GRACE_S,
     FENCE_SLACK_S,
@@ -28,6 +30,7 @@ from ..contract import (
     LaunchPlan,
     RankDone,
     RankRecord,
+    RankStarted,
     StepEntered,
     Stopped,
     event_from_json,
@@ -44,10 +47,17 @@ POLL_S = 0.2
 DEVICE_VISIBILITY_ENV = {"cpu": "MESHTEST_SLOT_IDS", "npu": "ASCEND_RT_VISIBLE_DEVICES", "cuda": "CUDA_VISIBLE_DEVICES"}
 #: The module every rank runs.
 RANK_ENTRY = "meshtest.rank.entry"
+#: The script msrun workers run (:data:`RANK_ENTRY` as a file: msrun starts a script path).
+MSRUN_WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rank", "msrun_worker.py")
+#: msrun's ``--cluster_time_out``: seconds its scheduler waits for every worker to register.
+#: Registration takes ~10-20 s on 2 cores; the watcher's start-up limit
+#: (:data:`meshtest.contract.LAUNCH_OVERHEAD_S`) ends a launch that never starts its cases first.
+MSRUN_CLUSTER_TIMEOUT_S = 120
 
 
 def launch_command(kind: str, nproc: int, entry_args: Sequence[str], python: str = sys.executable,
-                   master_port: Optional[int] = None, lane: str = "ranks") -> Tuple[List[str], Dict[str, str]]:
+                   master_port: Optional[int] = None, lane: str = "ranks",
+                   log_dir: str = "") -> Tuple[List[str], Dict[str, str]]:
     """Command line (and the environment it adds) that starts ``nproc`` ranks of
     :data:`RANK_ENTRY` with ``entry_args``.
 
@@ -60,13 +70,31 @@ def launch_command(kind: str, nproc: int, entry_args: Sequence[str], python: str
     ``MASTER_ADDR``/``MASTER_PORT``), saving torchrun's agent. The ``local`` lane is one process
     as well (it simulates the ranks; no rendezvous).
 
+    ``msrun`` (MindSpore): ``python -m mindspore.parallel.cluster.run`` (the module behind the
+    ``msrun`` command) with one node of ``nproc`` workers, its scheduler on ``127.0.0.1:master_port``
+    (default: a free port), its logs in ``log_dir`` (``worker_<k>.log``, ``scheduler.log``), each
+    worker running :data:`MSRUN_WORKER` as a script (msrun starts scripts, not modules). msrun
+    starts workers with the ``python`` it finds on ``PATH``: the returned environment puts
+    ``python``'s directory first. One rank goes through msrun too (MindSpore's communication
+    needs its scheduler).
+
     :param nproc: number of ranks; must equal prod(mesh_shape) of the launch's cases.
     :raises ValueError: unknown ``kind`` or ``nproc < 1``.
     """
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
+    if kind == "msrun":
+        port = master_port or free_port()
+        env = {"PATH": os.pathsep.join(p for p in (os.path.dirname(python), os.environ.get("PATH", "")) if p),
+               # MindSpore's C++ log level: errors only (its INFO/WARNING lines bury the rank's own output);
+               # a user's GLOG_v wins (_launch_env keeps what the environment already sets)
+               "GLOG_v": os.environ.get("GLOG_v", "3")}
+        return [python, "-m", "mindspore.parallel.cluster.run", f"--worker_num={nproc}",
+                f"--local_worker_num={nproc}", "--master_addr=127.0.0.1", f"--master_port={port}",
+                f"--log_dir={log_dir or 'msrun'}", "--join=True", f"--cluster_time_out={MSRUN_CLUSTER_TIMEOUT_S}",
+                MSRUN_WORKER, *entry_args], env
     if kind != "torchrun":
-        raise ValueError(f"unknown launcher kind {kind!r}; known: torchrun")
+        raise ValueError(f"unknown launcher kind {kind!r}; known: torchrun, msrun")
     if lane == "local":
         return [python, "-m", RANK_ENTRY, *entry_args], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
     if nproc == 1:
@@ -96,6 +124,8 @@ class RankProgress:
     fence: Optional[str] = None
     offset: int = 0
     partial: str = ""
+    #: the rank process's pid (its ``rank_started`` event), 0 before it is known
+    pid: int = 0
 
 
 @dataclass
@@ -120,6 +150,9 @@ class LaunchResult:
     stopped_after: Optional[str] = None
     #: seconds from the launch's start to its first case's start (its start-up), ``None`` if no case began
     startup_s: Optional[float] = None
+    #: rank → pid of the rank processes the watcher saw exit before finishing their plan (the
+    #: launch was ended at once; only watched where the launcher is slow to notice, msrun)
+    dead: Dict[int, int] = field(default_factory=dict)
 
     def recorded_by_all(self, case: str, world_size: int) -> bool:
         """Whether ``world_size`` ranks (the case's, :meth:`Group.ranks_of`) recorded ``case``."""
@@ -138,8 +171,12 @@ class RankWatcher:
     """
 
     def __init__(self, out_dir: str, world_size: int, started: float,
-                 ranks_of: Optional[Callable[[str], int]] = None) -> None:
+                 ranks_of: Optional[Callable[[str], int]] = None, watch_pids: bool = False) -> None:
         self.out_dir = out_dir
+        #: check at each poll that every rank process that announced its pid is still alive
+        self.watch_pids = watch_pids
+        #: rank → pid of rank processes gone before their ``rank_done`` (see :attr:`LaunchResult.dead`)
+        self.dead: Dict[int, int] = {}
         self.world_size = world_size
         self.ranks_of = ranks_of or (lambda case: world_size)
         self.progress = {r: RankProgress(deadline=started + LAUNCH_OVERHEAD_S) for r in range(world_size)}
@@ -168,6 +205,10 @@ class RankWatcher:
             for line in lines:
                 if line.strip():
                     self._apply(rank, prog, line, f"{path}:{line[:60]}")
+        if self.watch_pids:
+            for rank, prog in self.progress.items():
+                if prog.pid and not prog.done and rank not in self.dead and not _alive(prog.pid):
+                    self.dead[rank] = prog.pid
 
     def _apply(self, rank: int, prog: RankProgress, line: str, where: str) -> None:
         try:
@@ -176,7 +217,9 @@ class RankWatcher:
             return  # a line cut by a crash
         event = event_from_json(doc, where)
         now = time.time()
-        if isinstance(event, CaseStarted):
+        if isinstance(event, RankStarted):
+            prog.pid = event.pid
+        elif isinstance(event, CaseStarted):
             if self.first_case_t is None or event.t < self.first_case_t:
                 self.first_case_t = event.t
             prog.case, prog.step, prog.fence = event.case, "build", None
@@ -208,11 +251,45 @@ class RankWatcher:
         return next((p.case for p in self.progress.values() if p.case), "") or ""
 
 
-def _kill_group(pgid: int) -> None:
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited (a zombie waiting for its parent to reap
+    it has exited)."""
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL the launcher ``pid``, its process group and every descendant, including those that
+    left the group (msrun starts each worker in a session of its own)."""
+    try:
+        descendants = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    try:
+        os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass  # already gone
+    for p in descendants:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass  # already gone
+    psutil.wait_procs(descendants, timeout=5)
+
+
+def harvest_msrun_logs(out_dir: str, log_dir: str, world_size: int) -> None:
+    """Fold msrun's own log files into the launch's: ``worker_<k>.log`` (the worker's output
+    before the rank redirected it to ``rank<k>.log``: interpreter start-up, import errors) is
+    appended to ``rank<k>.log``, ``scheduler.log`` to ``launcher.log``, each under a header naming
+    the file; the originals stay in ``log_dir``."""
+    pairs = [(f"worker_{k}.log", f"rank{k}.log") for k in range(world_size)] + [("scheduler.log", "launcher.log")]
+    for src, dst in pairs:
+        text = tail(os.path.join(log_dir, src), n=None)
+        if text.strip():
+            with open(os.path.join(out_dir, dst), "a", encoding="utf-8") as f:
+                f.write(f"\n-- msrun's {os.path.relpath(os.path.join(log_dir, src), out_dir)}:\n{text}")
 
 
 def _launch_env(device_kind: str, slot_ids: Sequence[int]) -> Dict[str, str]:
@@ -221,6 +298,10 @@ def _launch_env(device_kind: str, slot_ids: Sequence[int]) -> Dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
     env.setdefault("OMP_NUM_THREADS", "1")
     env[DEVICE_VISIBILITY_ENV.get(device_kind, "MESHTEST_SLOT_IDS")] = ",".join(map(str, slot_ids))
+    if device_kind == "npu":
+        # torch_npu, once installed, is auto-loaded by `import torch` and fails it where CANN is
+        # missing; the NPU backend imports it itself (meshtest.platforms.torch_accel)
+        env.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     return env
 
 
@@ -255,11 +336,14 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
                cases=group.cases, slots=slot_ids, fail_fast=fail_fast,
                collective_checks=collective_checks, cases_dir=os.path.abspath(cases_dir),
                lane=group.lane, workers=group.workers, record_ops=record_ops, mutant=mutant).write(plan_path)
-    cmd, extra_env = launch_command(backend_info(platform).launcher, group.processes, ["--plan", plan_path],
-                                    master_port=master_port, lane=group.lane)
+    kind = backend_info(platform).launcher
+    msrun_logs = os.path.join(out_dir, "msrun")
+    cmd, extra_env = launch_command(kind, group.processes, ["--plan", plan_path], master_port=master_port,
+                                    lane=group.lane, log_dir=msrun_logs)
     t0 = time.monotonic()
     started = time.time()
-    watcher = RankWatcher(out_dir, group.processes, started, _ranks_by_case(group))
+    # msrun notices a dead worker only ~45 s later (a node timeout): watch the rank processes
+    watcher = RankWatcher(out_dir, group.processes, started, _ranks_by_case(group), watch_pids=kind == "msrun")
     timed_out = False
     with open(os.path.join(out_dir, "launcher.log"), "w", encoding="utf-8") as logf:
         if header:
@@ -280,13 +364,21 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
                 if watcher.overdue(time.time()):
                     timed_out = True
                     break
+                if watcher.dead:
+                    logf.write(f"# meshtest: rank process(es) {sorted(watcher.dead)} exited before finishing; "
+                               "the launch is ended now\n")
+                    logf.flush()
+                    break
         finally:
-            _kill_group(proc.pid)
+            _kill_tree(proc.pid)
             rc = proc.wait()
     watcher.poll()
+    if kind == "msrun":
+        harvest_msrun_logs(out_dir, msrun_logs, group.processes)
     return LaunchResult(rc, timed_out, time.monotonic() - t0, out_dir, watcher.records, watcher.progress,
                         watcher.stopped_after,
-                        None if watcher.first_case_t is None else max(0.0, watcher.first_case_t - started))
+                        None if watcher.first_case_t is None else max(0.0, watcher.first_case_t - started),
+                        dict(watcher.dead))
 
 
 def salvage(group: Group, out_dir: str) -> Dict[str, Dict[int, RankRecord]]:

@@ -58,6 +58,9 @@ def _why_missing(rank: int, res: LaunchResult, exits: Dict[int, int]) -> str:
         return (f"the rank left the launch (exit {GAVE_UP_EXIT}) after its end-of-case fence failed"
                 + (f" at the end of {prog.fence}" if prog is not None and prog.fence else "")
                 + ": a peer did not finish a case or the process group broke")
+    if rank in res.dead:
+        return (f"the rank process (pid {res.dead[rank]}) exited before recording the case; the launch was "
+                "ended as soon as the watcher saw it gone")
     if res.timed_out:
         return "did not finish before the case deadline; the launch was killed"
     if rank in exits:
@@ -99,7 +102,7 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
     # the rank that died first: its own last words matter, not its peers' "connection reset".
     # A rank torchrun stopped with SIGTERM after another rank failed did not die on its own; of
     # the ranks that did, the one torchrun observed first leads.
-    died = {r for r, code in exits.items() if code not in (0, GAVE_UP_EXIT, -signal.SIGTERM)}
+    died = {r for r, code in exits.items() if code not in (0, GAVE_UP_EXIT, -signal.SIGTERM)} | set(res.dead)
     first = root_cause_rank(os.path.join(res.out_dir, "launcher.log"))
     failures.sort(key=lambda f: (f.rank not in died, f.rank != first,
                                  f.status not in (Status.CRASH, Status.TIMEOUT), f.rank))

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..contract import DEFAULT_CASE_TIMEOUT_S, CaseOutcome
-from ..errors import SelectionError
+from ..errors import DeviceUnavailable, SelectionError
 from ..model.rules import LOCAL_LANE_TAG
 from ..model.scan import FileScan, ScannedCase, scan_case_file
+from ..platforms import probe
 from ..platforms.backend import backend_info
 from ..report import reporter
 from ..report.html import write_html_report
@@ -330,6 +331,12 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
         selected = [c for c in selected if c.name in set(opts.only_cases)]
     durations = recorded_durations(opts.durations_from) if opts.durations_from else {}
     groups, need = plan_run(selected, opts, durations)
+    if groups and opts.device_kind != "cpu":
+        # before any slot is taken or launch started: a gate run on the wrong machine stops here
+        why = probe.problem(opts.platform, opts.device_kind, max(g.processes for g in groups))
+        if why:
+            raise DeviceUnavailable(f"cannot run {len(selected)} selected case(s) on device kind "
+                                    f"{opts.device_kind!r} here: {why}")
     result = RunResult(outcomes=list(scan_errors))
     with open(os.path.join(opts.artifacts_dir, "summary.txt"), "w", encoding="utf-8") as summary:
         def emit(lines: Sequence[str]) -> None:

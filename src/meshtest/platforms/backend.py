@@ -119,6 +119,10 @@ class ShardBackend(ABC):
 
     #: platform name case targets declare (``meshtest_cases(platform=...)``).
     platform: str = ""
+    #: the rank process ends with ``os._exit`` once its results are written, skipping interpreter
+    #: teardown (gloo's threads can abort during static destruction: WORKSPACE-notes.md, "teardown
+    #: aborts"); ``False``: a normal exit, for a runtime that reports its end at exit (MindSpore).
+    hard_exit: bool = True
 
     @abstractmethod
     def init(self, device_kind: str, timeout_s: float) -> None:
@@ -127,6 +131,16 @@ class ShardBackend(ABC):
         :param device_kind: ``"cpu"`` or ``"npu"``.
         :param timeout_s: collective timeout in seconds; must be shorter than a case deadline.
         """
+
+    def device_problem(self, device_kind: str, need: int) -> Optional[str]:
+        """Why this machine cannot run ``need`` ranks on ``device_kind`` with this backend, in one
+        line naming what is missing, or ``None`` when it can. The runner asks before any launch
+        of a non-CPU device kind (:mod:`meshtest.platforms.probe`, in a process of its own), so a
+        gate run on the wrong machine fails at once instead of hanging or passing.
+        Default: ``None`` for ``cpu``, otherwise the platform has no such device."""
+        if device_kind == "cpu":
+            return None
+        return f"platform {self.platform!r} has no backend for device kind {device_kind!r}"
 
     @abstractmethod
     def rank(self) -> int:
@@ -397,12 +411,16 @@ class BackendInfo:
     :param launcher: launcher kind the parent uses (see :mod:`meshtest.parent.launch`).
     :param local_target: ``"module.path:ClassName"`` of the backend that simulates every rank in
         one process (the ``local`` lane, ``--tag=cpu_local``), or ``""`` when the platform has none.
+    :param device_targets: per device kind, the backend for that device when it is not ``target``.
     """
 
     platform: str
     target: str
     launcher: str
     local_target: str = ""
+    #: device kind → ``"module:Class"`` of the backend for that device (e.g. torch on ``npu``:
+    #: the hccl backend); a kind not listed uses ``target``.
+    device_targets: Tuple[Tuple[str, str], ...] = ()
 
 
 _BACKENDS: Dict[str, BackendInfo] = {}
@@ -444,13 +462,14 @@ def backend_info(platform: str) -> BackendInfo:
                    f"(add one through the {ENTRY_POINT_GROUP!r} entry-point group, see docs/platforms.md)")
 
 
-def load_backend(platform: str, lane: str = "ranks") -> ShardBackend:
-    """Import and instantiate the backend of ``platform`` for ``lane`` (rank side only).
+def load_backend(platform: str, lane: str = "ranks", device_kind: str = "cpu") -> ShardBackend:
+    """Import and instantiate the backend of ``platform`` for ``lane`` and ``device_kind`` (rank
+    side, and the device probe's own process; never the runner).
 
     :raises KeyError: the platform is unknown, or has no backend for the ``local`` lane.
     """
     info = backend_info(platform)
-    target = info.local_target if lane == "local" else info.target
+    target = info.local_target if lane == "local" else dict(info.device_targets).get(device_kind, info.target)
     if not target:
         raise KeyError(f"platform {platform!r} has no one-process (local) lane backend")
     module, _, cls = target.partition(":")
@@ -458,4 +477,7 @@ def load_backend(platform: str, lane: str = "ranks") -> ShardBackend:
 
 
 register_backend(BackendInfo("torch", "meshtest.platforms.torch_gloo:TorchGlooBackend", launcher="torchrun",
-                             local_target="meshtest.platforms.torch_local:TorchLocalBackend"))
+                             local_target="meshtest.platforms.torch_local:TorchLocalBackend",
+                             device_targets=(("npu", "meshtest.platforms.torch_accel:TorchHcclBackend"),
+                                             ("cuda", "meshtest.platforms.torch_accel:TorchNcclBackend"))))
+register_backend(BackendInfo("mindspore", "meshtest.platforms.mindspore_msrun:MindSporeBackend", launcher="msrun"))

@@ -40,6 +40,7 @@ from ..contract import (
     RankDone,
     RankEvent,
     RankRecord,
+    RankStarted,
     StepEntered,
     Stopped,
     event_to_json,
@@ -222,7 +223,7 @@ def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend
         fresh launch.
     """
     cases, load_errors = load_cases(plan.cases)
-    backend = load_backend(plan.platform)
+    backend = load_backend(plan.platform, device_kind=plan.device_kind)
     # The process-group timeout (one per launch) is half the longest deadline among the plan's
     # cases: shorter than that case's deadline, and long enough for a peer that is legitimately
     # slow inside a long case (a rank waiting for it at the fence waits this long at most).
@@ -381,6 +382,16 @@ def _redirect_output(out_dir: str, rank: int) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s rank{rank} %(message)s", force=True)
 
 
+def rank_from_env() -> int:
+    """This process's global rank as its launcher exports it before any runtime starts:
+    ``RANK`` (torchrun, and the runner's own one-rank start) or ``RANK_ID`` (msrun, which
+    numbers a single node's workers by local rank)."""
+    for name in ("RANK", "RANK_ID"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run one launch's plan on this rank; exit 0 once every result is recorded
     (:data:`GAVE_UP_EXIT`: the fence failed and the runner relaunches the rest)."""
@@ -389,7 +400,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
     die_with_parent()  # a rank never outlives its launcher
     plan = LaunchPlan.read(args.plan)
-    rank = int(os.environ.get("RANK", "0"))
+    rank = rank_from_env()
     _redirect_output(plan.out_dir, rank)
     # torchrun stops the other ranks with SIGTERM when one fails: leave their stacks in their logs.
     faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
@@ -403,18 +414,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.flush()
         os._exit(rc)
     out = RankStream(os.path.join(plan.out_dir, f"rank{rank}.jsonl"))
+    out.emit(RankStarted(rank, os.getpid()))
     backend, broken = run_plan(plan, rank, out)
     out.close()
     if not broken:
         backend.recover_after_failure(timeout_s=plan.case_timeout_s)  # closing barrier
         backend.shutdown()
     log.info("rank %s", "gave up: the runner relaunches the remaining cases" if broken else "done")
+    code = GAVE_UP_EXIT if broken else 0
+    if not backend.hard_exit:
+        return code
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: gloo's threads can abort the process during static
     # destruction after all work is done (see WORKSPACE-notes.md, "teardown aborts").
-    os._exit(GAVE_UP_EXIT if broken else 0)
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..errors import Unsupported
 from ..model.local_input import LocalInput, assemble
 from ..model.spec import ExpectRaises, OpShardCase, ScenarioCase, numpy_dtype
 from ..platforms.backend import ShardBackend
@@ -81,6 +82,8 @@ def _raised_under(e: BaseException, roots: Sequence[str]) -> Optional[str]:
 def _from_exception(e: BaseException, step: str, backend: ShardBackend, expect: Optional[ExpectRaises],
                     default_step: Optional[str], notes: Tuple[str, ...] = (), own_asserts: bool = False) -> StepResult:
     """The status of a case that raised ``e`` at ``step`` (see the module docstring)."""
+    if isinstance(e, Unsupported):
+        return StepResult(Status.UNSUPPORTED, step, f"unsupported on platform {backend.platform}: {e}", notes)
     if expect is not None:
         wanted = ExpectRaises(expect.exception, expect.match, expect.step or default_step)
         if wanted.matches(e, step):

@@ -85,6 +85,12 @@ def case_file_field_values(
     }
 
 
+def runner_dependencies_for(resolve: str | None, default: Iterable[str],
+                            by_resolve: Mapping[str, Iterable[str]]) -> tuple[str, ...]:
+    """The runner addresses a case file in `resolve` (`None`: the default resolve) depends on."""
+    return tuple(by_resolve.get(resolve, default) if resolve else default)
+
+
 def scan_case_files(spec_path: str, contents: DigestContents) -> tuple[ScannedCaseFile, ...]:
     """Run the static scan over each file; undecodable bytes become a scan error."""
     scanned = []
@@ -122,7 +128,9 @@ async def generate_meshtest_case_targets(
         generator,
         (
             MeshtestCaseFileTarget(
-                case_file_field_values(request.template, case_file, meshtest.runner_dependencies),
+                case_file_field_values(request.template, case_file, runner_dependencies_for(
+                    request.template.get("resolve"), meshtest.runner_dependencies,
+                    meshtest.runner_dependencies_by_resolve)),
                 request.template_address.create_file(case_file.relpath),
                 union_membership,
             )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pants.option.option_types import BoolOption, EnumOption, IntOption, SkipOption, StrListOption
+from pants.option.option_types import BoolOption, DictOption, EnumOption, IntOption, SkipOption, StrListOption
 from pants.option.subsystem import Subsystem
 from pants.util.strutil import help_text
 
@@ -21,6 +21,7 @@ class DeviceKind(Enum):
 
     cpu = "cpu"
     npu = "npu"
+    cuda = "cuda"
 
 
 class MeshtestSubsystem(Subsystem):
@@ -91,7 +92,18 @@ class MeshtestSubsystem(Subsystem):
             """
             Addresses every generated `meshtest_case_file` depends on: the code behind
             `python -m meshtest run`. Dependency inference only sees what a case file imports;
-            this adds the runner itself, so changes to it rerun every case file.
+            this adds the runner itself, so changes to it rerun every case file. Used for case files
+            in a resolve `runner_dependencies_by_resolve` does not name.
+            """
+        ),
+    )
+    runner_dependencies_by_resolve = DictOption[list](
+        default={"mindspore": ["src/meshtest:mindspore"]},
+        help=help_text(
+            """
+            Per Python resolve, the runner addresses a `meshtest_case_file` of that resolve depends on
+            instead of `runner_dependencies` (a target depends only on code of its own resolve: the
+            `mindspore` resolve's runner is the package without the torch adapters).
             """
         ),
     )
