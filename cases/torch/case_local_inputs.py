@@ -19,8 +19,8 @@ from meshtest import CompareSpec, InputSpec, LocalInput, OpShardCase, Partial, R
 MESH2 = (2,)
 MESH4 = (4,)
 MESH_2D = (2, 2)
-L0 = ("cpu_level0", "cpu_level1", "npu_level0", "npu_level1")
-L1 = ("cpu_level1", "npu_level1")
+L0 = ("cpu_level0", "cpu_level1", "npu_level0", "npu_level1", "cuda_level0", "cuda_level1")
+L1 = ("cpu_level1", "npu_level1", "cuda_level1")
 EXACT = CompareSpec.equal()
 REASSOC = CompareSpec.allclose(rtol=1e-5, atol=1e-5)
 PSUM = (Partial("sum"),)
@@ -120,7 +120,7 @@ register(OpShardCase(name="local_partial_max_distinct_neg_mesh2", fn=neg,
 register(OpShardCase(name="local_partial_max_distinct_relu_mesh4", fn=relu,
                      inputs=[LocalInput(shape=(3, 4), local=rank_values((3, 4), 0.5))],
                      placements=[(Partial("max"),)], mesh_shape=MESH4, compare=EXACT,
-                     tags=("cpu_level0", "cpu_level1", "npu_level1")))
+                     tags=("cpu_level0", "cpu_level1", "npu_level1", "cuda_level1")))
 # The same gap for two-input max/min (a Partial("max") pair stays Partial("max")) and for a
 # non-linear op on a Partial("avg") input, which must be reduced first: survivors of
 # aten.maximum / aten.minimum :partial_as_replicate, :wrong_reduce_op and
@@ -129,16 +129,16 @@ register(OpShardCase(name="local_partial_max_distinct_maximum_mesh2", fn=maximum
                      inputs=[LocalInput(shape=(3, 4), local=rank_values((3, 4), 0.5)),
                              LocalInput(shape=(3, 4), local=rank_values((3, 4), -0.25))],
                      placements=[(Partial("max"),), (Partial("max"),)], mesh_shape=MESH2, compare=EXACT,
-                     tags=("cpu_level0", "cpu_level1", "npu_level1")))
+                     tags=("cpu_level0", "cpu_level1", "npu_level1", "cuda_level1")))
 register(OpShardCase(name="local_partial_min_distinct_minimum_mesh2", fn=minimum,
                      inputs=[LocalInput(shape=(3, 4), local=rank_values((3, 4), 0.5)),
                              LocalInput(shape=(3, 4), local=rank_values((3, 4), -0.25))],
                      placements=[(Partial("min"),), (Partial("min"),)], mesh_shape=MESH2, compare=EXACT,
-                     tags=("cpu_level0", "cpu_level1", "npu_level1")))
+                     tags=("cpu_level0", "cpu_level1", "npu_level1", "cuda_level1")))
 register(OpShardCase(name="local_partial_avg_distinct_tanh_mesh4", fn=tanh,
                      inputs=[LocalInput(shape=(3, 4), local=rank_values((3, 4), 0.25))],
                      placements=[(Partial("avg"),)], mesh_shape=MESH4, compare=REASSOC,
-                     tags=("cpu_level0", "cpu_level1", "npu_level1")))
+                     tags=("cpu_level0", "cpu_level1", "npu_level1", "cuda_level1")))
 register(OpShardCase(name="local_partial_min_distinct_double_mesh2", fn=double,
                      inputs=[LocalInput(shape=(2, 5), local=rank_values((2, 5), 2.0))],
                      placements=[(Partial("min"),)], mesh_shape=MESH2, compare=EXACT, tags=L1))

@@ -16,9 +16,9 @@ from meshtest import CompareSpec, DerivedSpec, InputSpec, OpShardCase, Partial, 
 
 MESH_3D = (2, 2, 2)
 DP_CP_TP = ("dp", "cp", "tp")
-L0 = ("cpu_level0", "cpu_level1", "npu_level1")
-L0_NPU = ("cpu_level0", "cpu_level1", "npu_level0", "npu_level1")
-L1 = ("cpu_level1", "npu_level1")
+L0 = ("cpu_level0", "cpu_level1", "npu_level1", "cuda_level1")
+L0_NPU = ("cpu_level0", "cpu_level1", "npu_level0", "npu_level1", "cuda_level0", "cuda_level1")
+L1 = ("cpu_level1", "npu_level1", "cuda_level1")
 REORDERED_SUM = CompareSpec.allclose(rtol=1e-5, atol=1e-5)
 QKV = (8, 8, 8)  # (batch * heads, seq, head_dim) for batch 2, heads 4
 SCALE = 1.0 / math.sqrt(QKV[-1])

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from meshtest import CompareSpec, InputSpec, OpShardCase, Partial, Replicate, Shard, register
 
 MESH8 = (8,)
-L0 = ("cpu_level0", "cpu_level1", "npu_level0", "npu_level1")
-L1 = ("cpu_level1", "npu_level1")
+L0 = ("cpu_level0", "cpu_level1", "npu_level0", "npu_level1", "cuda_level0", "cuda_level1")
+L1 = ("cpu_level1", "npu_level1", "cuda_level1")
 EXACT = CompareSpec.equal()
 REASSOC = CompareSpec.allclose(rtol=1e-5, atol=1e-5)
 G = dict(requires_grad=True)

@@ -13,9 +13,9 @@ MESH2 = (2,)
 MESH4 = (4,)
 MESH_2D = (2, 2)
 DP_TP = ("dp", "tp")
-L0 = ("cpu_level0", "cpu_level1", "npu_level1")
-L0_NPU = ("cpu_level0", "cpu_level1", "npu_level0", "npu_level1")
-L1 = ("cpu_level1", "npu_level1")
+L0 = ("cpu_level0", "cpu_level1", "npu_level1", "cuda_level1")
+L0_NPU = ("cpu_level0", "cpu_level1", "npu_level0", "npu_level1", "cuda_level0", "cuda_level1")
+L1 = ("cpu_level1", "npu_level1", "cuda_level1")
 EXACT = CompareSpec.equal()
 
 

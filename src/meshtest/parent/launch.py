@@ -365,13 +365,14 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
                     timed_out = True
                     break
                 if watcher.dead:
-                    logf.write(f"# meshtest: rank process(es) {sorted(watcher.dead)} exited before finishing; "
-                               "the launch is ended now\n")
+                    logf.write(f"# meshtest: t={time.time():.3f} rank process(es) {sorted(watcher.dead)} exited "
+                               "before finishing; the launch is ended now\n")
                     logf.flush()
                     break
         finally:
             _kill_tree(proc.pid)
             rc = proc.wait()
+    watcher.watch_pids = False  # from here on every rank is gone: killed by the line above, not dead by itself
     watcher.poll()
     if kind == "msrun":
         harvest_msrun_logs(out_dir, msrun_logs, group.processes)

@@ -48,11 +48,12 @@ HYPER_PARALLEL = "hyper_parallel"
 
 def _hyper_parallel() -> Tuple[Optional[Any], str]:
     """HyperParallel's DTensor pieces as a namespace, or ``None`` and why it is not importable."""
+    # optional (not on PyPI): no dependency for the build to infer
     try:
-        from hyper_parallel.core.dtensor import distribute_tensor
-        from hyper_parallel.core.dtensor import placement_types as pt
-        from hyper_parallel.core.dtensor.device_mesh import init_device_mesh
-        from hyper_parallel.core.dtensor.dtensor import DTensor
+        from hyper_parallel.core.dtensor import distribute_tensor  # pants: no-infer-dep
+        from hyper_parallel.core.dtensor import placement_types as pt  # pants: no-infer-dep
+        from hyper_parallel.core.dtensor.device_mesh import init_device_mesh  # pants: no-infer-dep
+        from hyper_parallel.core.dtensor.dtensor import DTensor  # pants: no-infer-dep
     except ImportError as e:
         return None, f"{HYPER_PARALLEL} is not importable ({e})"
     return types.SimpleNamespace(distribute_tensor=distribute_tensor, init_device_mesh=init_device_mesh,
