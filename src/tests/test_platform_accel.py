@@ -74,7 +74,8 @@ def test_cuda_gate_on_a_cpu_build_fails_at_once_in_one_line(tmp_path):
     done, wall = _run([CASES, "--device-kind=cuda", "--tag=cuda_level0"], tmp_path)
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
-    assert "on device kind 'cuda' here: torch 2.13.0+cpu sees no cuda device (torch.cuda.is_available() is False" in line
+    assert ("on device kind 'cuda' here: torch 2.13.0+cpu sees no cuda device (torch.cuda.is_available() is "
+            "False") in line
     assert not (tmp_path / "out" / "ranks").exists()
     assert wall < 60
 

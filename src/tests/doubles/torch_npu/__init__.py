@@ -4,8 +4,9 @@ Not a mock of meshtest: it stands in for the Ascend extension meshtest's NPU bac
 (``meshtest.platforms.torch_accel.TorchHcclBackend``), with the parts of its surface that
 backend uses, behaving as torch_npu documents them:
 
-- ``import torch_npu`` names torch's PrivateUse1 device ``npu`` and adds ``torch.npu``: ``is_available()``, ``device_count()`` (the devices
-  ``ASCEND_RT_VISIBLE_DEVICES`` leaves visible, else :data:`DEVICES`), ``set_device(i)`` (an
+- ``import torch_npu`` names torch's PrivateUse1 device ``npu`` and adds ``torch.npu``:
+  ``is_available()``, ``device_count()`` (the devices ``ASCEND_RT_VISIBLE_DEVICES`` leaves
+  visible, else :data:`DEVICES`), ``set_device(i)`` (an
   index into the visible devices; out of range raises as the real one does),
   ``current_device()``;
 - it registers the ``hccl`` process-group backend — here gloo underneath, for CPU tensors
@@ -62,7 +63,8 @@ if not hasattr(torch, "npu"):
 
 
 def _hccl(store, rank, size, timeout):
-    return dist.ProcessGroupGloo(store, rank, size, timeout if isinstance(timeout, timedelta) else timedelta(seconds=60))
+    timeout = timeout if isinstance(timeout, timedelta) else timedelta(seconds=60)
+    return dist.ProcessGroupGloo(store, rank, size, timeout)
 
 
 if "hccl" not in dist.Backend.backend_list:
