@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import psutil
-import pytest
+import pytest  # pants: no-infer-dep (pytest comes from [pytest], not the mindspore resolve)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAULTS = os.path.join("cases", "mindspore", "faults", "case_ms_faults.py")
