@@ -91,3 +91,16 @@ def test_level0_gates_are_fail_fast_level1_collect_everything():
     assert gate_is_fail_fast(["cpu_level0"]) and gate_is_fail_fast(["+npu_level0", "-mesh:8"])
     assert not gate_is_fail_fast(["cpu_level1"]) and not gate_is_fail_fast([])
     assert not gate_is_fail_fast(["cpu_level0,cpu_level1"]) and not gate_is_fail_fast(["-cpu_level0"])
+
+
+def test_a_gate_of_another_device_kind_is_refused_not_run_on_this_one():
+    from meshtest.parent.planner import device_kind_mismatch
+
+    why = device_kind_mismatch(["npu_level0"], "cpu")
+    assert "--tag=npu_level0 selects npu gate(s) but the device kind is 'cpu'" in why
+    assert "--device-kind=npu" in why
+    assert device_kind_mismatch(["npu_level0"], "npu") is None
+    assert device_kind_mismatch(["cpu_ms_level0"], "cpu") is None  # MindSpore on CPU is a cpu gate
+    assert device_kind_mismatch(["cpu_level0,npu_level0"], "cpu") is None  # the clause also names a cpu gate
+    assert device_kind_mismatch(["-npu_level0", "mesh:2"], "cpu") is None  # exclusions and non-gate tags
+    assert "cuda" in device_kind_mismatch(["cuda_level1"], "npu")

@@ -49,4 +49,5 @@ def test_an_unknown_platform_is_named_with_the_known_ones(tmp_path):
     proc = _run(tmp_path, os.path.join(EXAMPLE, "case_numpy_example.py"), "--platform", "numpy-example",
                 "--artifacts-dir", str(tmp_path / "out"), installed=False)
     assert proc.returncode == 2
-    assert "unknown platform 'numpy-example'; known: ['mindspore', 'torch']" in proc.stderr and "docs/platforms.md" in proc.stderr
+    assert "unknown platform 'numpy-example'; known: ['mindspore', 'torch']" in proc.stderr
+    assert "docs/platforms.md" in proc.stderr

@@ -291,6 +291,22 @@ def gate_is_fail_fast(tag_filters: Sequence[str]) -> bool:
     return False
 
 
+def device_kind_mismatch(tag_filters: Sequence[str], device_kind: str) -> Optional[str]:
+    """Why ``--tag`` clauses and ``--device-kind`` disagree, or ``None``: a positive clause that
+    names only gate tags of other device kinds (``--tag=npu_level0`` on device kind ``cpu``)
+    would otherwise run those cases' CPU twins on the CPU and call it the NPU gate."""
+    for clause in tag_filters:
+        if clause.startswith("-"):
+            continue
+        tags = [t for t in clause.lstrip("+").split(",") if t]
+        kinds = {rules.device_kind_of(t) for t in tags if t in rules.GATE_TAGS}
+        if tags and all(t in rules.GATE_TAGS for t in tags) and device_kind not in kinds:
+            return (f"--tag={clause} selects {'/'.join(sorted(kinds))} gate(s) but the device kind is {device_kind!r}: "
+                    f"run with --device-kind={sorted(kinds)[0]} (Pants: --meshtest-device-kind, or "
+                    f"PANTS_CONFIG_FILES=pants.npu.toml on an Ascend node)")
+    return None
+
+
 def select_cases(
     cases: Sequence[ScannedCase],
     device_kind: str,

@@ -40,6 +40,7 @@ from .launch import LaunchResult, RankWatcher, describe_exit, free_port, launch,
 from .planner import (
     Group,
     LaunchSchedule,
+    device_kind_mismatch,
     lane_of,
     launch_cost,
     plan_groups,
@@ -324,6 +325,9 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
         backend_info(opts.platform)
     except KeyError as e:
         raise SelectionError(e.args[0]) from None
+    mismatch = device_kind_mismatch(opts.tag_filters, opts.device_kind)
+    if mismatch:
+        raise SelectionError(mismatch)
     os.makedirs(opts.artifacts_dir, exist_ok=True)
     cases, scan_errors, scan_notes = scan_files(files)
     selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns))
