@@ -201,9 +201,10 @@ class LaunchPlan:
 
 @dataclass(frozen=True)
 class RankStarted:
-    """A rank process began: its ``pid``, so that a launcher that notices a dead worker late
-    (msrun: ~45 s, as a node timeout) does not hold the launch: the watcher sees the process gone
-    and ends the launch at once (:class:`meshtest.parent.launch.RankWatcher`)."""
+    """A rank process began: its ``pid``, so that a launcher slow to end after a worker died
+    (msrun exits ~45 s later, at its scheduler's node timeout) does not hold the launch: the
+    watcher sees the process gone and ends the launch at once
+    (:class:`meshtest.parent.launch.RankWatcher`)."""
 
     EVENT: ClassVar[str] = "rank_started"
     rank: int

@@ -2,7 +2,7 @@
 
 Runs the fault fixtures of cases/mindspore/faults through `python -m meshtest run --platform
 mindspore` and checks what a user reads: the failing rank and its step, a dead worker reported
-within seconds (msrun itself notices ~45 s later), the case after it run in a fresh launch, and
+within seconds (msrun itself exits ~45 s later), the case after it run in a fresh launch, and
 no msrun, scheduler or worker process left behind.
 """
 import json

@@ -103,8 +103,10 @@ def test_msrun_logs_are_folded_into_the_rank_and_launcher_logs(tmp_path):
     (logs / "scheduler.log").write_text("node 1 timed out\n")
     (tmp_path / "rank1.log").write_text("own output\n")
     harvest_msrun_logs(str(tmp_path), str(logs), 2)
+    # msrun's part came first; the rank's own last lines stay last, where a report's tail reads them
     assert (tmp_path / "rank1.log").read_text() == (
-        "own output\n\n-- msrun's msrun/worker_1.log:\nImportError: no module named foo\n")
+        "-- msrun's msrun/worker_1.log (before the rank's own output):\nImportError: no module named foo\n"
+        "-- the rank's own output:\nown output\n")
     assert not (tmp_path / "rank0.log").exists()  # nothing to fold: no empty header
     assert "-- msrun's msrun/scheduler.log:\nnode 1 timed out" in (tmp_path / "launcher.log").read_text()
 
@@ -115,3 +117,15 @@ def test_rank_number_comes_from_torchrun_or_msrun(monkeypatch):
     assert rank_from_env() == 3
     monkeypatch.setenv("RANK", "1")
     assert rank_from_env() == 1
+
+
+def test_msrun_names_the_worker_that_failed_first(tmp_path):
+    from meshtest.parent.launch import msrun_first_failure
+
+    log = tmp_path / "launcher.log"
+    log.write_text("Start worker process with rank id:1 ...\n[ERROR] ME(1:2,MainProcess):2026-12-02 [_api.py:365] "
+                   "Worker process 4242 exit with exception. Error code: 7.\n[WARNING] There's worker exits with "
+                   "exception, kill all other workers.\n")
+    assert msrun_first_failure(str(log)) == (4242, 7)
+    log.write_text("All workers successfully exit!\n")
+    assert msrun_first_failure(str(log)) is None

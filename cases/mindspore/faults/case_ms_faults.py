@@ -3,7 +3,7 @@ src/tests/test_mindspore_lane.py, which asserts each report:
 
 - ``ms_fault_rank1_asserts``: rank 1's own assertion fails → ``fail`` naming rank 1 and its step;
 - ``ms_fault_rank1_dies``: rank 1's process exits mid-case (``os._exit``) → ``crash`` reported as
-  soon as the process is gone (msrun itself reports it ~45 s later, as a node timeout), with
+  soon as the process is gone (msrun itself exits ~45 s later, at its scheduler's node timeout), with
   rank 1's log; no worker survives;
 - ``ms_fault_after_death_runs``: the case after the crash runs in a fresh launch and passes.
 """

@@ -151,8 +151,10 @@ class LaunchResult:
     #: seconds from the launch's start to its first case's start (its start-up), ``None`` if no case began
     startup_s: Optional[float] = None
     #: rank → pid of the rank processes the watcher saw exit before finishing their plan (the
-    #: launch was ended at once; only watched where the launcher is slow to notice, msrun)
+    #: launch was ended at once; only watched where the launcher is slow to end, msrun)
     dead: Dict[int, int] = field(default_factory=dict)
+    #: rank → exit code of a dead rank, where the launcher reported it (msrun's log line)
+    dead_exit: Dict[int, int] = field(default_factory=dict)
 
     def recorded_by_all(self, case: str, world_size: int) -> bool:
         """Whether ``world_size`` ranks (the case's, :meth:`Group.ranks_of`) recorded ``case``."""
@@ -191,6 +193,10 @@ class RankWatcher:
 
         :raises meshtest.contract.ContractError: a rank wrote an event the contract does not know.
         """
+        # liveness before the streams: a rank that wrote rank_done and then exited between the
+        # two reads must count as done, not dead
+        gone = ({r for r, p in self.progress.items() if p.pid and not p.done and r not in self.dead
+                 and not _alive(p.pid)} if self.watch_pids else set())
         for rank, prog in self.progress.items():
             path = os.path.join(self.out_dir, f"rank{rank}.jsonl")
             try:
@@ -205,10 +211,9 @@ class RankWatcher:
             for line in lines:
                 if line.strip():
                     self._apply(rank, prog, line, f"{path}:{line[:60]}")
-        if self.watch_pids:
-            for rank, prog in self.progress.items():
-                if prog.pid and not prog.done and rank not in self.dead and not _alive(prog.pid):
-                    self.dead[rank] = prog.pid
+        for rank in sorted(gone):
+            if not self.progress[rank].done:
+                self.dead[rank] = self.progress[rank].pid
 
     def _apply(self, rank: int, prog: RankProgress, line: str, where: str) -> None:
         try:
@@ -256,7 +261,9 @@ def _alive(pid: int) -> bool:
     it has exited)."""
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
+    except psutil.AccessDenied:
+        return True  # it exists; not ours to inspect
+    except psutil.Error:  # NoSuchProcess
         return False
 
 
@@ -276,20 +283,40 @@ def _kill_tree(pid: int) -> None:
             p.kill()
         except psutil.Error:
             pass  # already gone
-    psutil.wait_procs(descendants, timeout=5)
+    # wait (briefly) until they are gone; a killed process nobody reaps stays a zombie, which is gone
+    deadline = time.monotonic() + 5.0
+    while any(_alive(p.pid) for p in descendants) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def harvest_msrun_logs(out_dir: str, log_dir: str, world_size: int) -> None:
     """Fold msrun's own log files into the launch's: ``worker_<k>.log`` (the worker's output
-    before the rank redirected it to ``rank<k>.log``: interpreter start-up, import errors) is
-    appended to ``rank<k>.log``, ``scheduler.log`` to ``launcher.log``, each under a header naming
-    the file; the originals stay in ``log_dir``."""
-    pairs = [(f"worker_{k}.log", f"rank{k}.log") for k in range(world_size)] + [("scheduler.log", "launcher.log")]
-    for src, dst in pairs:
-        text = tail(os.path.join(log_dir, src), n=None)
+    before the rank redirected it to ``rank<k>.log``: interpreter start-up, import errors) goes
+    to the top of ``rank<k>.log`` (it came first; the rank's own last lines stay last, where a
+    report's tail reads them), ``scheduler.log`` to the end of ``launcher.log``; each under a
+    header naming the file. The originals stay in ``log_dir``."""
+    for k in range(world_size):
+        text = tail(os.path.join(log_dir, f"worker_{k}.log"), n=None)
         if text.strip():
-            with open(os.path.join(out_dir, dst), "a", encoding="utf-8") as f:
-                f.write(f"\n-- msrun's {os.path.relpath(os.path.join(log_dir, src), out_dir)}:\n{text}")
+            path = os.path.join(out_dir, f"rank{k}.log")
+            own = tail(path, n=None)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(f"-- msrun's msrun/worker_{k}.log (before the rank's own output):\n{text}"
+                        f"{'' if text.endswith(chr(10)) else chr(10)}-- the rank's own output:\n{own}")
+    text = tail(os.path.join(log_dir, "scheduler.log"), n=None)
+    if text.strip():
+        with open(os.path.join(out_dir, "launcher.log"), "a", encoding="utf-8") as f:
+            f.write(f"\n-- msrun's msrun/scheduler.log:\n{text}")
+
+
+_MSRUN_EXIT = re.compile(r"Worker process (\d+) exit with exception\. Error code: (-?\d+)")
+
+
+def msrun_first_failure(launcher_log: str) -> Optional[Tuple[int, int]]:
+    """(pid, exit code) of the worker msrun saw fail first (``Worker process <pid> exit with
+    exception. Error code: <n>``; msrun then kills the other workers), or ``None``."""
+    m = _MSRUN_EXIT.search(tail(launcher_log, n=None))
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def _launch_env(device_kind: str, slot_ids: Sequence[int]) -> Dict[str, str]:
@@ -342,7 +369,8 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
                                     lane=group.lane, log_dir=msrun_logs)
     t0 = time.monotonic()
     started = time.time()
-    # msrun notices a dead worker only ~45 s later (a node timeout): watch the rank processes
+    # msrun kills the other workers within a second of one dying, but exits only ~45 s later (its
+    # scheduler's node timeout): watch the rank processes, end the launch as soon as one is gone
     watcher = RankWatcher(out_dir, group.processes, started, _ranks_by_case(group), watch_pids=kind == "msrun")
     timed_out = False
     with open(os.path.join(out_dir, "launcher.log"), "w", encoding="utf-8") as logf:
@@ -374,12 +402,21 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
             rc = proc.wait()
     watcher.watch_pids = False  # from here on every rank is gone: killed by the line above, not dead by itself
     watcher.poll()
+    exit_codes: Dict[int, int] = {}
     if kind == "msrun":
         harvest_msrun_logs(out_dir, msrun_logs, group.processes)
+        # msrun polls its workers each second and, at the first that failed, kills the others:
+        # when it got there before the watcher, its line names the one that died by itself
+        first = msrun_first_failure(os.path.join(out_dir, "launcher.log"))
+        by_pid = {p.pid: r for r, p in watcher.progress.items() if p.pid}
+        if first is not None and first[0] in by_pid:
+            rank = by_pid[first[0]]
+            watcher.dead = {rank: first[0]}
+            exit_codes[rank] = first[1]
     return LaunchResult(rc, timed_out, time.monotonic() - t0, out_dir, watcher.records, watcher.progress,
                         watcher.stopped_after,
                         None if watcher.first_case_t is None else max(0.0, watcher.first_case_t - started),
-                        dict(watcher.dead))
+                        dict(watcher.dead), exit_codes)
 
 
 def salvage(group: Group, out_dir: str) -> Dict[str, Dict[int, RankRecord]]:

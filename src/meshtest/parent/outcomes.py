@@ -59,7 +59,8 @@ def _why_missing(rank: int, res: LaunchResult, exits: Dict[int, int]) -> str:
                 + (f" at the end of {prog.fence}" if prog is not None and prog.fence else "")
                 + ": a peer did not finish a case or the process group broke")
     if rank in res.dead:
-        return (f"the rank process (pid {res.dead[rank]}) exited before recording the case; the launch was "
+        how = f" ({describe_exit(res.dead_exit[rank])})" if rank in res.dead_exit else ""
+        return (f"the rank process (pid {res.dead[rank]}) exited{how} before recording the case; the launch was "
                 "ended as soon as the watcher saw it gone")
     if res.timed_out:
         return "did not finish before the case deadline; the launch was killed"

@@ -337,7 +337,8 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     groups, need = plan_run(selected, opts, durations)
     if groups and opts.device_kind != "cpu":
         # before any slot is taken or launch started: a gate run on the wrong machine stops here
-        why = probe.problem(opts.platform, opts.device_kind, max(g.processes for g in groups))
+        # device ids are slot ids: every id of the pool must exist, not only the largest launch's count
+        why = probe.problem(opts.platform, opts.device_kind, max([opts.slots, *(g.processes for g in groups)]))
         if why:
             raise DeviceUnavailable(f"cannot run {len(selected)} selected case(s) on device kind "
                                     f"{opts.device_kind!r} here: {why}")

@@ -133,7 +133,9 @@ class ShardBackend(ABC):
         """
 
     def device_problem(self, device_kind: str, need: int) -> Optional[str]:
-        """Why this machine cannot run ``need`` ranks on ``device_kind`` with this backend, in one
+        """Why this machine cannot run ranks on ``need`` devices of ``device_kind`` (ids
+        ``0..need-1``: the runner asks for the slot pool's size, since slot ids are device ids, or
+        the largest launch's if more) with this backend, in one
         line naming what is missing, or ``None`` when it can. The runner asks before any launch
         of a non-CPU device kind (:mod:`meshtest.platforms.probe`, in a process of its own), so a
         gate run on the wrong machine fails at once instead of hanging or passing.

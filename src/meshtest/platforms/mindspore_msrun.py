@@ -133,14 +133,15 @@ class MindSporeBackend(ShardBackend):
                     "is False): the npu gates need an Ascend node with CANN and MindSpore's Ascend build")
         count = ms.hal.device_count("Ascend")
         if count < need:
-            return f"the launch needs {need} Ascend device(s); MindSpore sees {count}"
+            return (f"{need} Ascend device(s) needed (device ids are the slot pool's ids, 0..{need - 1}: set "
+                    f"[meshtest].slots / --slots to the node's count); MindSpore sees {count}")
         return None
 
     def init(self, device_kind: str, timeout_s: float) -> None:
         if device_kind == "npu":
-            # HCCL's own timeouts, below the case deadline (the watcher's limit)
-            os.environ.setdefault("HCCL_CONNECT_TIMEOUT", str(max(120, int(timeout_s))))
-            os.environ.setdefault("HCCL_EXEC_TIMEOUT", str(max(60, int(timeout_s))))
+            # HCCL's timeouts, as TorchHcclBackend sets them (meshtest.platforms.torch_accel)
+            os.environ.setdefault("HCCL_CONNECT_TIMEOUT", "120")
+            os.environ.setdefault("HCCL_EXEC_TIMEOUT", str(max(1, int(timeout_s))))
             ms.set_device("Ascend", int(os.environ.get("DEVICE_ID", "0")))
         elif device_kind == "cpu":
             ms.set_device("CPU")

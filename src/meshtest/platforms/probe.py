@@ -28,6 +28,8 @@ def problem(platform: str, device_kind: str, need: int, python: str = sys.execut
         env = dict(os.environ)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        if device_kind == "npu":  # as for the ranks (meshtest.parent.launch): torch_npu is imported by the backend
+            env.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:

@@ -90,7 +90,8 @@ class TorchAcceleratorBackend(TorchGlooBackend):
                     f"{self.install_hint}")
         count = module.device_count()
         if count < need:
-            return f"the launch needs {need} {self.device_kind} device(s); torch.{self.device_type} sees {count}"
+            return (f"{need} {self.device_kind} device(s) needed (device ids are the slot pool's ids, 0..{need - 1}: "
+                    f"set [meshtest].slots / --slots to the node's count); torch.{self.device_type} sees {count}")
         return None
 
     def init(self, device_kind: str, timeout_s: float) -> None:
@@ -129,6 +130,9 @@ class TorchAcceleratorBackend(TorchGlooBackend):
 
     # --- fence and health probe -----------------------------------------------------------------
 
+    def collective_device(self) -> Any:
+        return self._device
+
     def _all_reduce_probe(self, timeout_s: float) -> bool:
         try:
             flag = torch.ones(1, device=self._device)
@@ -162,9 +166,12 @@ class TorchHcclBackend(TorchAcceleratorBackend):
                     "(PANTS_CONFIG_FILES=pants.npu.toml; docs/platforms.md)")
 
     def _set_timeouts(self, timeout_s: float) -> None:
-        # HCCL's connect and execution timeouts (seconds), below the case deadline the watcher enforces
-        os.environ.setdefault("HCCL_CONNECT_TIMEOUT", str(max(120, int(timeout_s))))
-        os.environ.setdefault("HCCL_EXEC_TIMEOUT", str(max(60, int(timeout_s))))
+        # HCCL's execution timeout (seconds): the process-group timeout, which is half the longest
+        # case deadline of the launch, so a stuck collective raises before the watcher's deadline.
+        # Its connect timeout is HCCL's minimum, 120 s: connecting is launch start-up, which the
+        # watcher bounds by LAUNCH_OVERHEAD_S (120 s) as well.
+        os.environ.setdefault("HCCL_CONNECT_TIMEOUT", "120")
+        os.environ.setdefault("HCCL_EXEC_TIMEOUT", str(max(1, int(timeout_s))))
 
 
 class TorchNcclBackend(TorchAcceleratorBackend):

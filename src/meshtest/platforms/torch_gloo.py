@@ -398,15 +398,15 @@ class TorchGlooBackend(ShardBackend):
         return TrainSnapshot(None if total is None else total.cpu().numpy(), norm, grads, params, optim,
                              partial=ctx.partial, rss_kb=_peak_rss_kb(), wall_s=time.perf_counter() - t0)
 
-    @staticmethod
-    def _clip(max_norm: float, params: list, ctx: TrainContext) -> Any:
+    def _clip(self, max_norm: float, params: list, ctx: TrainContext) -> Any:
         """``clip_grad_norm_`` over the whole model: a rank holding part of it (a pipeline stage)
         adds the squared norms of every rank's part (all-reduce over the mesh) before clipping,
         as the model's global norm requires."""
         if not ctx.partial:
             return torch.nn.utils.clip_grad_norm_(params, max_norm)
         grads = [p.grad for p in params if p.grad is not None]
-        squared = torch.nn.utils.get_total_norm(grads).pow(2) if grads else torch.zeros(())
+        squared = (torch.nn.utils.get_total_norm(grads).pow(2) if grads
+                   else torch.zeros((), device=self.collective_device()))
         dist.all_reduce(squared)
         total = squared.sqrt()
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
@@ -467,8 +467,13 @@ class TorchGlooBackend(ShardBackend):
     def grad_of(self, tensor: Any) -> Any:
         return tensor.grad
 
+    def collective_device(self) -> Any:
+        """Where the tensors of meshtest's own collectives live: the process group's device (gloo:
+        the CPU; hccl / nccl: the rank's device)."""
+        return torch.device("cpu")
+
     def any_rank(self, flag: bool) -> bool:
-        t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=self.collective_device())
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return bool(t.item())
 

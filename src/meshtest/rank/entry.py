@@ -384,9 +384,10 @@ def _redirect_output(out_dir: str, rank: int) -> None:
 
 def rank_from_env() -> int:
     """This process's global rank as its launcher exports it before any runtime starts:
-    ``RANK`` (torchrun, and the runner's own one-rank start) or ``RANK_ID`` (msrun, which
-    numbers a single node's workers by local rank)."""
-    for name in ("RANK", "RANK_ID"):
+    ``RANK_ID`` in an msrun worker (``MS_ROLE`` set; msrun numbers a single node's workers by
+    local rank, and a ``RANK`` inherited from the user's shell must not win), otherwise ``RANK``
+    (torchrun, and the runner's own one-rank start)."""
+    for name in (("RANK_ID", "RANK") if os.environ.get("MS_ROLE") else ("RANK", "RANK_ID")):
         if os.environ.get(name, "").isdigit():
             return int(os.environ[name])
     return 0

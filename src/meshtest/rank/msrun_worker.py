@@ -13,6 +13,9 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.a
 
 if __name__ == "__main__":
     if os.environ.get("MS_ROLE") == "MS_SCHED":
+        from meshtest.proctree import die_with_parent
+
+        die_with_parent()  # never outlives msrun
         # only msrun's scheduler of a MindSpore launch gets here (the `mindspore` resolve's target has it)
         from meshtest.platforms.mindspore_msrun import run_scheduler  # pants: no-infer-dep
 
