@@ -4,7 +4,17 @@ from __future__ import annotations
 import os
 import textwrap
 
+import pytest
+
 from meshtest.model.scan import ScannedCase
+
+#: Variable that turns on the nightly tests (docs/ci.md, "Nightly"): `MESHTEST_NIGHTLY=1 ./pants test src:: tools::`.
+NIGHTLY_ENV = "MESHTEST_NIGHTLY"
+
+#: Marks a long test whose property CI checks elsewhere, or a long drill: it runs in the nightly
+#: command, and is reported skipped, with this reason, in `./pants test src:: tools::`.
+nightly = pytest.mark.skipif(os.environ.get(NIGHTLY_ENV) != "1",
+                             reason=f"nightly test: {NIGHTLY_ENV}=1 ./pants test src:: tools:: runs it (docs/ci.md)")
 
 
 def case_file(tmp_path, name: str, body: str) -> str:

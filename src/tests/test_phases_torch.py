@@ -13,7 +13,7 @@ import textwrap
 import time
 
 import meshtest
-from tests.helpers import assert_nothing_leaked, ranks_alive
+from tests.helpers import assert_nothing_leaked, nightly, ranks_alive
 
 SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
 REPO = os.path.dirname(SRC_ROOT)
@@ -31,6 +31,7 @@ def _results(out):
     return {json.loads(line)["case"]: json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()}
 
 
+@nightly  # ~60 s: three 2-phase launches; CI runs the phased training cases themselves (case_train_l4_resume)
 def test_a_resume_that_drops_state_fails_at_the_first_diverging_step(tmp_path):
     proc = _cli(tmp_path, "--case", "fault_resume_drops_*")
     results = _results(tmp_path / "out")
@@ -102,6 +103,7 @@ def test_a_save_killed_half_way_is_never_loaded(tmp_path):
     assert f"CheckpointError: checkpoint {root / 'step_000002'} could not be loaded" in broken.stderr, broken.stderr
 
 
+@nightly  # ~70 s drill: SIGKILL of the runner mid-phase, then a full rerun
 def test_kill_9_during_a_phase_leaves_nothing_and_a_rerun_starts_from_phase_1(tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "meshtest", FAULTS, "--tag", "cpu_faults", "--case", "fault_phase_hangs",

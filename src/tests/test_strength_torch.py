@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import meshtest
-from tests.helpers import processes_alive
+from tests.helpers import nightly, processes_alive
 
 torch = pytest.importorskip("torch")
 
@@ -73,6 +73,7 @@ def test_the_hook_records_each_distinct_call_with_its_rule_and_proves_mutants(wo
         torch_rules.activate("aten.mm.default:nope")
 
 
+@nightly  # a mutation run (a long suite: its own command, docs/strength.md)
 def test_mutate_kills_mutants_with_the_cases_that_catch_them(tmp_path):
     out = tmp_path / "m"
     r = _meshtest("mutate", "cases/torch/case_matmul.py", "--tag", "cpu_level0", "--op", "aten.mm.default",
@@ -117,6 +118,7 @@ def test_run_with_a_mutant_fails_on_real_ranks(tmp_path):
     assert "mutant aten.mm.default:partial_as_replicate active" in log
 
 
+@nightly  # ~55 s: the whole cpu_level0 corpus recorded in the local lane (coverage-ops, docs/strength.md)
 def test_cpu_level0_sharding_rule_coverage_equals_its_baseline(tmp_path):
     """A change to the cases (or to torch) that changes what the cpu_level0 corpus exercises
     fails here, listing each operator/placement kind lost or gained; after an intended change,
