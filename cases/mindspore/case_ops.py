@@ -19,6 +19,10 @@ def add(x, y):
     return ops.add(x, y)
 
 
+def sum_dim0(x):
+    return ops.sum(x, dim=0)
+
+
 register(OpShardCase(
     name="ms_matmul_s0_r_mesh2", fn=matmul,
     inputs=[InputSpec((8, 4), seed=1), InputSpec((4, 6), seed=2)],
@@ -30,4 +34,10 @@ register(OpShardCase(
     inputs=[InputSpec((4, 8), seed=3), InputSpec((4, 8), seed=4)],
     placements=[(Shard(1),), (Shard(1),)],
     mesh_shape=(2,), compare=CompareSpec.equal(), tags=TAGS,
+))
+register(OpShardCase(
+    name="ms_sum_s0_mesh4", fn=sum_dim0,
+    inputs=[InputSpec((8, 3), seed=5)],
+    placements=[(Shard(0),)],
+    mesh_shape=(4,), compare=CompareSpec.allclose(rtol=1e-5, atol=1e-5), tags=TAGS,
 ))
