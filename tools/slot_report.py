@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Print peak device-slot usage and slot-time utilization from a slot pool's audit log.
 
-Usage: ``python3 tools/slot_report.py [SLOT_DIR] [--since UNIX_TIME]``
+Usage: ``python3 tools/slot_report.py [SLOT_DIR] [--since UNIX_TIME] [--target TEXT]``
 
 SLOT_DIR defaults to ``$MESHTEST_SLOT_DIR``, else Pants' named cache
 ``~/.cache/pants/named_caches/meshtest_slots`` (where ``./pants test`` keeps the pool).
@@ -24,8 +24,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("slot_dir", nargs="?", default=os.environ.get("MESHTEST_SLOT_DIR", DEFAULT_DIR))
     ap.add_argument("--since", type=float, default=0.0, help="ignore records before this Unix time")
+    ap.add_argument("--target", default="", help="only records whose target label contains TEXT (e.g. a case file, "
+                                                  "when other runs share the pool)")
     args = ap.parse_args(argv)
-    records = [r for r in read_audit(args.slot_dir) if r["t"] >= args.since]
+    records = [r for r in read_audit(args.slot_dir) if r["t"] >= args.since and args.target in str(r.get("target", ""))]
     if not records:
         print(f"no audit records in {args.slot_dir}" + (f" since {args.since}" if args.since else ""))
     s = audit_stats(records)

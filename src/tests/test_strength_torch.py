@@ -93,6 +93,7 @@ def test_mutate_kills_mutants_with_the_cases_that_catch_them(tmp_path):
     assert "mutation score cpu_level0: 2/2 = 100.0 %" in r.stdout
 
 
+@nightly  # mutation-mode drills (~35 s)
 @pytest.mark.parametrize("case,how", [("mutant_hangs", "timeout"), ("mutant_exits", "crash")])
 def test_a_hang_or_crash_under_a_mutant_is_a_kill_and_leaves_no_process(tmp_path, case, how):
     out = tmp_path / "m"
@@ -109,6 +110,7 @@ def test_a_hang_or_crash_under_a_mutant_is_a_kill_and_leaves_no_process(tmp_path
         pass
 
 
+@nightly  # mutation mode on real gloo ranks (~16 s)
 def test_run_with_a_mutant_fails_on_real_ranks(tmp_path):
     r = _meshtest("run", "cases/torch/case_matmul.py::mm_contract_s1_s0_partial_mesh2", "--mutant",
                   "aten.mm.default:partial_as_replicate", "--artifacts-dir", str(tmp_path / "a"),
