@@ -75,3 +75,11 @@ def test_bench_model_prints_every_rule_side_by_side():
     assert lines[0].startswith("model npu8: 8 slots, launch start-up 26.3 s")
     assert [ln.split()[0] for ln in lines[1:4]] == ["before", "launches", "fill"]
     assert "slot-time utilization" in lines[3]
+
+
+def test_an_msrun_launch_costs_its_own_start_up():
+    from meshtest.parent.planner import startup_s
+
+    assert startup_s("cpu", 2, "msrun") == 16.0 and startup_s("cpu", 4, "msrun") == 20.0
+    assert startup_s("cpu", 2, "msrun") > startup_s("cpu", 2)  # msrun's scheduler + cluster, not torchrun's
+    assert startup_s("npu", 8, "msrun") == startup_s("npu", 8)  # on Ascend: seed 000 §9.2's figure for both

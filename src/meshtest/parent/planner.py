@@ -180,20 +180,27 @@ LAUNCH_STARTUP_S: Dict[str, Dict[Optional[int], float]] = {
     "cuda": {None: 158.0 / 6},
 }
 
+#: The same for msrun launches on CPU (MindSpore): msrun + scheduler + ``communication.init()`` +
+#: one all-reduce, ~16 s for 2 workers and ~20 s for 4 on the project's 2-core machines
+#: (../shared/notes/offline-pants.md, "MindSpore on CPU"); other device kinds as torchrun's.
+MSRUN_STARTUP_S: Dict[str, Dict[Optional[int], float]] = {"cpu": {1: 16.0, 2: 16.0, 4: 20.0, None: 28.0}}
 
-def startup_s(device_kind: str, world_size: int) -> float:
-    """A launch's start-up in seconds (:data:`LAUNCH_STARTUP_S`)."""
-    table = LAUNCH_STARTUP_S.get(device_kind, LAUNCH_STARTUP_S["npu"])
+
+def startup_s(device_kind: str, world_size: int, launcher: str = "torchrun") -> float:
+    """A launch's start-up in seconds (:data:`LAUNCH_STARTUP_S`; :data:`MSRUN_STARTUP_S` for msrun)."""
+    tables = MSRUN_STARTUP_S if launcher == "msrun" and device_kind in MSRUN_STARTUP_S else LAUNCH_STARTUP_S
+    table = tables.get(device_kind, LAUNCH_STARTUP_S["npu"])
     return table.get(world_size, table[None])
 
 
-def launch_cost(group: Group, durations: Optional[Mapping[str, float]], device_kind: str) -> float:
+def launch_cost(group: Group, durations: Optional[Mapping[str, float]], device_kind: str,
+                launcher: str = "torchrun") -> float:
     """Estimated seconds of a launch: its start-up plus its cases' recorded durations (the mean of
     the recorded ones, or 1 s, for a case without)."""
     known = list((durations or {}).values())
     default = sum(known) / len(known) if known else 1.0
-    return startup_s(device_kind, group.world_size) + sum((durations or {}).get(c.name, default)
-                                                          for c in group.cases)
+    return startup_s(device_kind, group.world_size, launcher) + sum((durations or {}).get(c.name, default)
+                                                                    for c in group.cases)
 
 
 @dataclass

@@ -354,7 +354,8 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             emit([reporter.format_outcome(o) for o in scan_errors])
             if groups:
                 _run_on_slots(groups, opts, need, opts.target or _label(files), len(selected), result, emit, stream,
-                              lambda g: launch_cost(g, durations, opts.device_kind))
+                              lambda g: launch_cost(g, durations, opts.device_kind,
+                                                    backend_info(opts.platform).launcher))
         except BaseException as e:  # SIGTERM (SystemExit), Ctrl-C: keep what was recorded so far
             salvaged = _salvage_in_flight(result) + [
                 replace(o, status=Status.NOT_RUN, detail=f"{o.detail}; run interrupted before its next phase")
@@ -388,7 +389,8 @@ def plan_run(selected: Sequence[ScannedCase], opts: RunOptions,
     groups = plan_groups(selected)
     need = device_need(groups, opts.device_need)
     if opts.pack == "fill":
-        groups = split_groups(groups, opts.slots, durations, lambda w: startup_s(opts.device_kind, w))
+        launcher = backend_info(opts.platform).launcher
+        groups = split_groups(groups, opts.slots, durations, lambda w: startup_s(opts.device_kind, w, launcher))
         need = max(need, min(opts.slots, sum(g.processes for g in groups)))
     return groups, need
 
