@@ -47,7 +47,11 @@ HYPER_PARALLEL = "hyper_parallel"
 
 
 def _hyper_parallel() -> Tuple[Optional[Any], str]:
-    """HyperParallel's DTensor pieces as a namespace, or ``None`` and why it is not importable."""
+    """HyperParallel's DTensor pieces as a namespace, or ``None`` and why it is not importable.
+
+    Written against HyperParallel's public import paths (those its own test files use); not run
+    where this was written (HyperParallel is not installable from PyPI): docs/platforms.md,
+    "Checklist for real hardware", has the command that exercises it."""
     # optional (not on PyPI): no dependency for the build to infer
     try:
         from hyper_parallel.core.dtensor import distribute_tensor  # pants: no-infer-dep
