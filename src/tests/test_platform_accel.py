@@ -129,3 +129,21 @@ def test_msrun_names_the_worker_that_failed_first(tmp_path):
     assert msrun_first_failure(str(log)) == (4242, 7)
     log.write_text("All workers successfully exit!\n")
     assert msrun_first_failure(str(log)) is None
+
+
+def test_the_npu_config_installs_torch_npu_for_every_runner():
+    """The NPU backend imports torch_npu by name (importlib), which Pants' inference cannot see: without
+    an explicit runner dependency the torch-npu resolve's runner PEX lacks it and every NPU run fails
+    with "No module named 'torch_npu'" (found by running pants.npu.toml here: docs/platforms.md)."""
+    import tomllib
+
+    from meshtest.platforms.torch_accel import TorchHcclBackend
+
+    with open(os.path.join(ROOT, "pants.npu.toml"), "rb") as f:
+        config = tomllib.load(f)
+    assert config["python"]["default_resolve"] == "torch-npu" and config["meshtest"]["device_kind"] == "npu"
+    wanted = "3rdparty/python:npu-reqs#" + TorchHcclBackend.device_layer.replace("_", "-")
+    assert wanted in config["meshtest"]["runner_dependencies"]
+    with open(os.path.join(ROOT, "3rdparty", "python", "requirements-torch-npu.txt")) as f:
+        pins = [ln.strip() for ln in f if ln.strip() and not ln.startswith("#")]
+    assert "torch_npu==2.13.0" in pins and "torch==2.13.0" in pins  # torch_npu X.Y pairs with torch X.Y
