@@ -90,3 +90,17 @@ def test_each_launch_keeps_msrun_logs_and_no_process_is_left(fault_run):
         launch = os.path.join(out, "ranks", results[case]["launch_dir"])
         assert sorted(os.listdir(os.path.join(launch, "msrun"))) == ["scheduler.log", "worker_0.log", "worker_1.log"]
     assert _leftovers(out) == []
+
+
+def test_npu_gate_on_the_cpu_build_fails_at_once_in_one_line(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src"), ROOT, env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-m", "meshtest", "run", os.path.join("cases", "mindspore", "case_comm.py"),
+         "--platform=mindspore", "--device-kind=npu", "--tag=npu_level0", f"--artifacts-dir={tmp_path / 'out'}",
+         f"--slot-dir={tmp_path / 'slots'}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "on device kind 'npu' here: MindSpore 2.10.0 here sees no Ascend device" in line, line
+    assert not (tmp_path / "out" / "ranks").exists()

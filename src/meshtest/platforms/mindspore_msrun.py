@@ -132,7 +132,13 @@ class MindSporeBackend(ShardBackend):
             return None
         if device_kind != "npu":
             return f"platform 'mindspore' runs on device kinds cpu and npu, not {device_kind!r}"
-        if not ms.hal.is_available("Ascend"):
+        try:
+            available = ms.hal.is_available("Ascend")
+        except Exception as e:  # the CPU build cannot even load its Ascend plugin
+            return (f"MindSpore {ms.__version__} here has no Ascend support ({type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else ''}): the npu gates need an Ascend node with CANN and "
+                    "MindSpore's Ascend build")
+        if not available:
             return (f"MindSpore {ms.__version__} here sees no Ascend device (mindspore.hal.is_available('Ascend') "
                     "is False): the npu gates need an Ascend node with CANN and MindSpore's Ascend build")
         count = ms.hal.device_count("Ascend")

@@ -36,7 +36,9 @@ def problem(platform: str, device_kind: str, need: int, python: str = sys.execut
         return f"the {device_kind} device probe of platform {platform!r} did not answer within {PROBE_TIMEOUT_S:.0f} s"
     if done.returncode == 0:
         return None
-    lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()]
+    # the answer is the probe's last line on stdout; a platform library may log to stderr meanwhile
+    lines = [ln for ln in done.stdout.splitlines() if ln.strip()] or [ln for ln in done.stderr.splitlines()
+                                                                         if ln.strip()]
     return lines[-1] if lines else f"the {device_kind} device probe of platform {platform!r} exited {done.returncode}"
 
 
