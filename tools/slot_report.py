@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Print peak device-slot usage and slot-time utilization from a slot pool's audit log.
 
-Usage: ``python3 tools/slot_report.py [SLOT_DIR] [--since UNIX_TIME] [--target TEXT]``
+Usage: ``python3 tools/slot_report.py [SLOT_DIR] [--since UNIX_TIME] [--target TEXT] [--exclude-target LABEL]``
 
 SLOT_DIR defaults to ``$MESHTEST_SLOT_DIR``, else Pants' named cache
 ``~/.cache/pants/named_caches/meshtest_slots`` (where ``./pants test`` keeps the pool).
@@ -26,8 +26,11 @@ def main(argv=None) -> int:
     ap.add_argument("--since", type=float, default=0.0, help="ignore records before this Unix time")
     ap.add_argument("--target", default="", help="only records whose target label contains TEXT (e.g. a case file, "
                                                   "when other runs share the pool)")
+    ap.add_argument("--exclude-target", action="append", default=[], metavar="LABEL",
+                    help="leave out records whose target label is exactly LABEL (another job's, on the same pool)")
     args = ap.parse_args(argv)
-    records = [r for r in read_audit(args.slot_dir) if r["t"] >= args.since and args.target in str(r.get("target", ""))]
+    records = [r for r in read_audit(args.slot_dir) if r["t"] >= args.since and args.target in str(r.get("target", ""))
+               and str(r.get("target", "")) not in args.exclude_target]
     if not records:
         print(f"no audit records in {args.slot_dir}" + (f" since {args.since}" if args.since else ""))
     s = audit_stats(records)
