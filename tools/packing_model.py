@@ -141,11 +141,14 @@ def plan_batches(tag: str, rule: str, files: Optional[Sequence[str]] = None) -> 
             for _, members in sorted(by_key.items())]
 
 
-def _schedule(groups: List[Group], slots: int, concurrent: bool, cost: Callable[[Group], float]) -> Tuple[
+def _schedule(groups: List[Group], slots: int, concurrent: bool, cost: Callable[[Group], float],
+              phase_at: Callable[[Group], Dict[str, float]] = lambda g: {}) -> Tuple[
         float, List[Tuple[float, float, Group]], int]:
     """Run ``groups`` on ``slots`` slots from time 0: (end, [(start, end, group)], serial chain).
     Concurrent: the runner's own schedule (:class:`meshtest.parent.planner.LaunchSchedule`, every
-    phase taken to pass); else one after another in plan order."""
+    phase taken to pass, a phase that shares a launch as soon as its own cases are done:
+    ``phase_at(g)``, seconds from the launch's start by case name); else one after another in
+    plan order."""
     if not concurrent:
         t, spans = 0.0, []
         for g in groups:
@@ -153,20 +156,26 @@ def _schedule(groups: List[Group], slots: int, concurrent: bool, cost: Callable[
             t += cost(g)
         return t, spans, len(groups)
     sched = LaunchSchedule(list(groups), list(range(slots)), cost)
-    passed = {c.name: True for g in groups for c in g.cases}
-    running: List[Tuple[float, int, Group]] = []
+    events: List[Tuple[float, int, Optional[Group], str, int]] = []  # (time, seq, ended group | None, case, phase)
     spans, t, seq = [], 0.0, 0
-    while sched.pending or running:
-        while (g := sched.startable(passed)) is not None:
+    while sched.pending or sched.running:
+        while (g := sched.startable()) is not None:
             sched.take(g)
-            heapq.heappush(running, (t + cost(g), seq, g))
             spans.append((t, t + cost(g), g))
+            for c in g.phase_units():
+                if c.phase < len(c.phase_meshes):
+                    heapq.heappush(events, (t + phase_at(g)[c.name], seq, None, c.name, c.phase))
+                    seq += 1
+            heapq.heappush(events, (t + cost(g), seq, g, "", 0))
             seq += 1
-        if not running:
+        if not events:
             raise RuntimeError(f"launch group {sched.pending[0].group_id} does not fit {slots} slot(s)")
-        t, _, g = heapq.heappop(running)
-        sched.give_back(g.group_id)
-    return t, spans, _longest_chain(spans)
+        t, _, g, case, phase = heapq.heappop(events)
+        if g is None:
+            sched.phase_passed(case, phase)
+        else:
+            sched.give_back(g.group_id)
+    return max(e for _, e, _ in spans), spans, _longest_chain(spans)
 
 
 def _longest_chain(spans: List[Tuple[float, float, Group]]) -> int:
@@ -181,6 +190,17 @@ def _longest_chain(spans: List[Tuple[float, float, Group]]) -> int:
 def simulate(tag: str, rule: str, model: CostModel, durations: Mapping[str, float]) -> Result:
     """Event simulation of ``./pants --tag=<tag> test cases::`` under ``rule`` (module docstring)."""
     cost = lambda g: launch_cost(g, durations, model.device_kind)  # noqa: E731
+    known = list(durations.values())
+    mean = sum(known) / len(known) if known else 1.0
+
+    def phase_at(g: Group) -> Dict[str, float]:
+        """Seconds from a launch's start until each of its cases is done (start-up, then its
+        cases in plan order)."""
+        t, out = model.startup_s(g.world_size), {}
+        for c in g.cases:
+            t += durations.get(c.name, mean)
+            out[c.name] = t
+        return out
     plans = []
     for b in plan_batches(tag, rule):
         groups = groups_before(b.cases) if rule == "before" else plan_groups(b.cases)
@@ -213,7 +233,7 @@ def simulate(tag: str, rule: str, model: CostModel, durations: Mapping[str, floa
             free_slots -= need
             in_use += need
             peak = max(peak, in_use)
-            end, spans, chain = _schedule(groups, need, rule != "before", cost)
+            end, spans, chain = _schedule(groups, need, rule != "before", cost, phase_at)
             for s, e, g in spans:
                 busy += (e - s) * g.processes
                 log.append((t + s, t + e, f"{b.label} {g.group_id}", g.processes))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 from meshtest.parent.planner import Group, LaunchSchedule, launch_cost, split_groups, startup_s
 from tests.helpers import scanned
@@ -13,8 +14,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, "tools"))
 
 
-def _group(gid, n, world=2, **kw):
-    return Group(gid, (world,), ("d0",), tuple(scanned(f"{gid}_{i}", (world,), lineno=i) for i in range(n)), **kw)
+def _group(gid, n, world=2, phase=None):
+    cases = tuple(scanned(f"{gid}_{i}", (world,), lineno=i) for i in range(n))
+    if phase is not None:  # one phase of a phased case, as planner.phase_groups makes it
+        cases = tuple(replace(c, phase=phase[0], phase_meshes=tuple(((world,), None) for _ in range(phase[1])))
+                      for c in cases)
+    return Group(gid, (world,), ("d0",), cases, phase=phase)
 
 
 def test_a_long_group_is_split_into_balanced_parts_that_each_outweigh_a_start_up():
@@ -45,9 +50,9 @@ def test_the_longest_chain_of_work_starts_first():
     long_chain = _group("p1", 1, phase=(1, 3))
     big = _group("big", 2, world=4)
     s = LaunchSchedule([big, long_chain], list(range(8)), cost=lambda g: 10.0)
-    assert s.startable({}).group_id == "p1"  # 10 s x 3 phases outweighs 10 s
+    assert s.startable().group_id == "p1"  # 10 s x 3 phases outweighs 10 s
     s2 = LaunchSchedule([big, long_chain], list(range(8)), cost=lambda g: 40.0 if g is big else 10.0)
-    assert s2.startable({}).group_id == "big"
+    assert s2.startable().group_id == "big"
 
 
 def test_the_model_replays_the_real_level0_plan_and_fill_beats_the_plan_before():

@@ -12,7 +12,7 @@ from meshtest import CaseDeclarationError, Phase, TrainCase, checkpoints
 from meshtest.contract import CaseOutcome, RankFailure
 from meshtest.model.scan import scan_case_source
 from meshtest.parent.outcomes import phase_chain
-from meshtest.parent.planner import plan_groups
+from meshtest.parent.planner import LaunchSchedule, plan_groups
 from meshtest.status import Status
 from tests.helpers import scanned
 
@@ -100,6 +100,47 @@ def test_each_phase_is_a_launch_of_its_own_after_the_other_groups():
     second = groups[2]
     assert second.phase == (2, 4) and second.mesh_dim_names == ("dp", "tp")
     assert [(c.phase, c.mesh_shape) for c in second.cases] == [(2, (2, 2))]
+
+
+def test_phase_1_is_the_first_case_of_the_launch_of_its_world_size_and_later_phases_launch_alone():
+    scan = scan_case_source("case_p.py", PHASED)
+    groups = plan_groups(list(scan.cases) + [scanned("op4", mesh_shape=(2, 2)), scanned("op2", mesh_shape=(2,))])
+    assert [g.group_id for g in groups] == [
+        "w2", "w4", "w4-2x2-phase2of4-resumed", "w4-4-phase3of4-resumed", "w2-2-phase4of4-resumed"]
+    shared = groups[1]
+    assert [(c.name, c.phase, c.mesh_shape) for c in shared.cases] == [("resumed", 1, (4,)), ("op4", None, (2, 2))]
+    assert shared.phase is None and shared.mesh_shape == (4,) and [c.name for c in shared.phase_units()] == ["resumed"]
+    solo = scanned("alone", mesh_shape=(4,), solo=True)  # a solo launcher's launch is its case's alone
+    assert [g.group_id for g in plan_groups(list(scan.cases) + [solo])][:2] == ["w2", "w4-solo-alone"]
+
+
+def test_a_later_phase_starts_while_the_launch_of_the_earlier_one_runs_on():
+    scan = scan_case_source("case_p.py", PHASED)
+    groups = plan_groups(list(scan.cases) + [scanned("op4", mesh_shape=(4,))])
+    sched = LaunchSchedule(list(groups), list(range(10)))
+    started = []
+    while (g := sched.startable()) is not None:
+        sched.take(g)
+        started.append(g.group_id)
+    assert started == ["w4", "w2"]  # the chain of 3 later phases first; phase 2 waits for phase 1
+    sched.phase_passed("resumed", 1)  # every rank of w4 recorded phase 1's pass; w4 runs on
+    assert sched.startable().group_id == "w4-2x2-phase2of4-resumed"
+    failed = LaunchSchedule(list(groups), list(range(10)))
+    assert failed.startable().group_id == "w4"
+    failed.take(groups[1])
+    failed.give_back("w4")  # w4 ended without phase 1 passing: no later phase ever starts
+    failed.take(failed.startable())  # w2, which has no phase
+    assert failed.startable() is None and failed.pending == []
+
+
+def test_phase_1_in_a_shared_launch_chains_and_the_other_outcomes_pass_through():
+    scan = scan_case_source("case_p.py", PHASED)
+    groups = plan_groups(list(scan.cases) + [scanned("op4", mesh_shape=(4,))])
+    shared = groups[1]
+    held = {}
+    other = CaseOutcome("op4", "f.py", "w4", 4, Status.PASS)
+    assert phase_chain(shared, [_outcome(Status.PASS, "w4"), other], held) == [other]
+    assert held["resumed"].detail == "phase 1/4 pass in w4"
 
 
 def _outcome(status, group, step="phase1 compare"):

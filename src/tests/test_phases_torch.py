@@ -53,6 +53,32 @@ def test_a_resume_that_drops_state_fails_at_the_first_diverging_step(tmp_path):
         assert results[name]["detail"].startswith("phase 1/2 pass in w1-1-phase1of2-"), results[name]
 
 
+def test_phase_2_starts_once_phase_1_passed_while_phase_1s_launch_runs_on(tmp_path):
+    """Phase 1 of ``fault_phase_hangs`` (no hang asked) is the first case of the ``w2`` launch,
+    whose next case keeps rank 0 busy for 12 s: phase 2's launch starts on two other slots before
+    ``w2`` ends, and the case's one outcome tells both phases."""
+    from meshtest.parent.slots import read_audit
+
+    proc = subprocess.run([sys.executable, "-m", "meshtest", FAULTS, os.path.join(REPO, "cases", "faults",
+                                                                                   "case_faults.py"),
+                           "--tag", "cpu_faults", "--case", "fault_phase_hangs", "--case", "slow_rank0_within_deadline",
+                           "--pack", "fill", "--artifacts-dir", str(tmp_path / "out"), "--slot-dir",
+                           str(tmp_path / "slots")], capture_output=True, text=True, cwd=REPO, env=ENV, timeout=600)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text
+    results = _results(tmp_path / "out")
+    assert results["slow_rank0_within_deadline"]["status"] == "pass", text
+    outcome = results["fault_phase_hangs"]
+    assert outcome["status"] == "pass" and outcome["detail"].startswith(
+        "phase 1/2 pass in w2; phase 2/2 pass in w2-2-phase2of2-fault_phase_hangs"), outcome
+    events = {(r["event"], r.get("group")): r for r in read_audit(str(tmp_path / "slots"))}
+    shared_end = events[("launch_end", "w2")]["t"]
+    phase2 = events[("launch", "w2-2-phase2of2-fault_phase_hangs")]
+    assert phase2["t"] < shared_end, (phase2, shared_end)
+    assert set(phase2["slots"]).isdisjoint(events[("launch", "w2")]["slots"])
+    assert_nothing_leaked(str(tmp_path / "slots"), tmp_path / "out")
+
+
 SAVE_AND_DIE = '''
 import os, signal, sys
 import torch

@@ -1,5 +1,6 @@
-"""Layer 4 (seed 001 §4.5), resume across processes: each case trains in phases, each phase a
-launch of its own (the processes of the phase before have exited), and a later phase loads the
+"""Layer 4 (seed 001 §4.5), resume across processes: each case trains in phases, each later phase
+a launch of its own (new processes: nothing in memory survives from the phase before; phase 1
+may be the first case of another launch), and a later phase loads the
 checkpoint the one before saved (DCP: model and optimizer; the LR scheduler, each rank's RNG
 state and the data position beside it).
 

@@ -125,7 +125,9 @@ def file_error(path: str, step: str, error: str) -> CaseOutcome:
 
 
 def phase_chain(group: Group, found: Sequence[CaseOutcome], held: Dict[str, CaseOutcome]) -> List[CaseOutcome]:
-    """Chain the outcome of one phase of a phased case (``group.phase``) with its earlier phases.
+    """Chain the outcomes of the phases ``group`` ran (its cases with ``phase`` set: a later
+    phase's own group, or phase 1 among other cases) with their cases' earlier phases; other
+    outcomes pass through.
 
     A phase that passed, not the last, is kept in ``held`` (nothing is reported yet: the case's
     outcome is its last phase's). Otherwise — the last phase, or a phase that did not pass, after
@@ -134,18 +136,18 @@ def phase_chain(group: Group, found: Sequence[CaseOutcome], held: Dict[str, Case
     phase names itself in the failure's step (``phase2 resume``) and text (``phase 2/2 (mesh
     (2, 2)): step 3 params w1.weight: ...``).
     """
-    index, count = group.phase
-    name = group.cases[0].name
-    earlier = held.pop(name, None)
+    units = {c.name: (c.phase, len(c.phase_meshes)) for c in group.phase_units()}
     out = []
     for o in found:
-        if o.case != name:
+        if o.case not in units:
             out.append(o)
             continue
+        index, count = units[o.case]
+        earlier = held.pop(o.case, None)
         done = f"phase {index}/{count} {o.status} in {o.launch_dir or group.group_id}"
         story = "; ".join(t for t in ((earlier.detail if earlier else ""), done) if t)
         if o.status is Status.PASS and index < count:
-            held[name] = replace(o, detail=story)
+            held[o.case] = replace(o, detail=story)
             continue
         out.append(replace(o, detail=story + (f"\n{o.detail}" if o.detail else "")))
     return out

@@ -10,9 +10,14 @@ launch's start-up (HCCL initialisation) costs more than dozens of cases (seed 00
 ``tools/packing_model.py`` measures what each launch saved is worth. ``solo_launcher=True``
 cases get a group of their own.
 
-A training case with phases (``TrainCase(phases=...)``) becomes one group per phase, each a
-launch of its own on the phase's mesh, after every other group and in phase order, so that the
-processes of a phase exit before the next phase starts (a real stop, not an in-process reload).
+A training case with phases (``TrainCase(phases=...)``) runs each phase in processes of its own:
+phase 1 is the first case of the launch of its world size (or a launch of its own when the run
+has none), every later phase a launch of its own on the phase's mesh, which starts once the phase
+before it passed on every rank — its checkpoint committed — even while that phase's launch goes
+on with other cases (:class:`LaunchSchedule`). A later phase never shares a process with an
+earlier one: a real stop, not an in-process reload. Sharing phase 1's launch saves one launch
+start-up per phased case and lets the chain of phases overlap other work
+(``tools/packing_model.py``).
 """
 from __future__ import annotations
 
@@ -40,7 +45,8 @@ class Group:
     mesh_shape: Tuple[int, ...]
     mesh_dim_names: Tuple[str, ...]
     cases: Tuple[ScannedCase, ...]
-    #: ``(phase, phases)`` for a group that runs one phase of a phased case (its only case), else ``None``
+    #: ``(phase, phases)`` for a group that runs one later phase of a phased case (its only case),
+    #: or phase 1 in a launch of its own; else ``None`` (phase 1 may still be the group's first case)
     phase: Optional[Tuple[int, int]] = None
     #: ``"ranks"``: one process per rank (torchrun); ``"local"``: one process simulates every rank
     #: of each case's own mesh (:data:`LANES`); its cases may have different meshes
@@ -54,6 +60,10 @@ class Group:
         if self.lane == "local":
             return max((rules.world_size(c.mesh_shape) for c in self.cases), default=1)
         return rules.world_size(self.mesh_shape)
+
+    def phase_units(self) -> List[ScannedCase]:
+        """The cases of this group that run one phase of a phased case (``case.phase`` set)."""
+        return [c for c in self.cases if c.phase is not None]
 
     @property
     def processes(self) -> int:
@@ -101,12 +111,14 @@ def _group_key(c: ScannedCase) -> tuple:
 
 def plan_groups(cases: Iterable[ScannedCase]) -> List[Group]:
     """Group ``cases`` into launches: ``w<ranks>`` (``w4``), ``w<ranks>-solo-<case>``, and the
-    phase groups of phased cases (:func:`phase_groups`).
+    phases of phased cases (:func:`phase_groups`): phase 1 first in the ``w<ranks>`` group of its
+    world size when there is one (by file and line when several phased cases join one group),
+    else a group of its own; every later phase a group of its own.
 
     Order is deterministic: groups by (world size, solo case name); cases inside a group by
-    (file, line). A group's ``mesh_shape`` is its first case's (the launch's first mesh). Every
-    rank of a launch reads the same plan file, so all ranks run the same cases in the same
-    order (seed 000 C2).
+    (file, line), phase-1 cases first. A group's ``mesh_shape`` is its first case's (the launch's
+    first mesh). Every rank of a launch reads the same plan file, so all ranks run the same cases
+    in the same order (seed 000 C2).
     """
     buckets: Dict[tuple, List[ScannedCase]] = {}
     phased = []
@@ -124,8 +136,21 @@ def plan_groups(cases: Iterable[ScannedCase]) -> List[Group]:
         members = tuple(sorted(buckets[key], key=lambda c: (c.file, c.lineno)))
         shape = members[0].mesh_shape
         groups.append(Group(gid, shape, normalised_dim_names(len(shape)), members))
+    shared = {g.world_size: i for i, g in enumerate(groups) if "-solo-" not in g.group_id}
+    joined: Dict[int, List[ScannedCase]] = {}
     for c in sorted(phased, key=lambda c: (c.file, c.lineno)):
-        groups.extend(phase_groups(c))
+        first, *later = phase_groups(c)
+        host = shared.get(first.world_size)
+        if host is None:
+            groups.append(first)
+        else:
+            joined.setdefault(host, []).append(first.cases[0])
+        groups.extend(later)
+    for i, units in joined.items():
+        g = groups[i]
+        members = tuple(units) + g.cases
+        groups[i] = replace(g, mesh_shape=members[0].mesh_shape,
+                            mesh_dim_names=normalised_dim_names(len(members[0].mesh_shape)), cases=members)
     return groups
 
 
@@ -210,39 +235,49 @@ class LaunchSchedule:
 
     A group starts as soon as its processes fit in the free slots, highest priority first: the
     longest chain of work it heads — its ``cost`` (estimated seconds; default: its case count)
-    times one plus its later phases, a phased case's launches being a chain that cannot overlap —
-    then the largest. A later phase starts only after the earlier one finished, and only if it
-    passed (``held``, by case name).
+    times one plus the later phases of the phased cases it runs, a phased case's launches being a
+    chain that cannot overlap — then the largest. A later phase starts only once the phase before
+    it passed (:meth:`phase_passed`, which the runner calls as soon as every rank recorded that
+    phase's pass, even while its launch goes on with other cases); a later phase whose earlier
+    phase ended without passing is dropped from ``pending`` (the case's outcome is that phase's).
     """
 
     pending: List[Group]
     free: List[int]
     cost: Optional[Callable[[Group], float]] = None
     running: Dict[str, Tuple[Group, List[int]]] = dataclasses.field(default_factory=dict)
+    #: phased case name → the last of its phases that passed
+    passed: Dict[str, int] = dataclasses.field(default_factory=dict)
 
     def _priority(self, g: Group) -> tuple:
-        later = g.phase[1] - g.phase[0] if g.phase else 0
+        later = max((len(c.phase_meshes) - c.phase for c in g.phase_units()), default=0)
         cost = self.cost(g) if self.cost is not None else len(g.cases)
         return (-cost * (1 + later), -g.processes, g.group_id)
 
-    def startable(self, held: Mapping[str, object]) -> Optional[Group]:
-        """The next group to start now, or ``None`` (nothing fits or may start yet). A later phase
-        whose earlier phase did not pass is dropped from ``pending`` (its outcome is the case's)."""
+    def phase_passed(self, case: str, phase: int) -> None:
+        """Phase ``phase`` of ``case`` passed on every rank: its next phase may start."""
+        self.passed[case] = max(phase, self.passed.get(case, 0))
+
+    def startable(self) -> Optional[Group]:
+        """The next group to start now, or ``None`` (nothing fits or may start yet)."""
         for g in sorted(self.pending, key=self._priority):
             if g.phase is not None and g.phase[0] > 1:
-                if self._earlier_phase_open(g):
-                    continue
-                if g.cases[0].name not in held:
-                    self.pending.remove(g)
-                    return self.startable(held)
+                name = g.cases[0].name
+                if self.passed.get(name, 0) < g.phase[0] - 1:
+                    if self._earlier_phase_open(g):
+                        continue
+                    self.pending.remove(g)  # the earlier phase ended without passing
+                    return self.startable()
             if g.processes <= len(self.free):
                 return g
         return None
 
     def _earlier_phase_open(self, g: Group) -> bool:
+        """Whether an earlier phase of ``g``'s case, not passed yet, is still to run or running."""
         name = g.cases[0].name
-        return any(o.phase is not None and o.cases[0].name == name and o.phase[0] < g.phase[0]
-                   for o in self.pending + [og for og, _ in self.running.values()])
+        done = self.passed.get(name, 0)
+        return any(c.name == name and done < c.phase < g.phase[0]
+                   for o in self.pending + [og for og, _ in self.running.values()] for c in o.phase_units())
 
     def take(self, g: Group) -> List[int]:
         """Start ``g``: its slots (the lowest free ones)."""

@@ -153,7 +153,7 @@ def scan_files(files: Sequence[str]) -> Tuple[List[ScannedCase], List[CaseOutcom
 
 
 def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
-              on_progress=None) -> Tuple[List[CaseOutcome], List[str], int]:
+              on_progress=None, on_watch=None) -> Tuple[List[CaseOutcome], List[str], int]:
     """Run a group's cases, relaunching after a hang or crash so no case is lost (the policy:
     :func:`meshtest.parent.relaunch.decide`). Relaunches write to ``<group>.relaunch<k>/``; a
     launch that failed its rendezvous on an address in use is kept as ``<dir>.addrinuse<k>``
@@ -161,6 +161,8 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
 
     :param on_progress: called with (cases of this group finished, case running on some rank or "")
         while a launch runs.
+    :param on_watch: called with (the launch's :class:`RankWatcher`, its directory) at each poll
+        (what every rank recorded so far: the runner starts a phased case's next phase from it).
     :returns: (outcomes, report notes, number of launches). Each launch is also recorded in
         the slot pool's audit log.
     """
@@ -178,7 +180,8 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
                      case_timeout_s=opts.case_timeout_s, out_dir=sub_dir, lease=lease, fail_fast=opts.fail_fast,
                      cases_dir=cases_dir(opts),
                      collective_checks=opts.collective_checks == "on", master_port=port, header=header,
-                     on_poll=_poller(on_progress, len(found)), record_ops=opts.record_ops, mutant=opts.mutant)
+                     on_poll=_poller(on_progress, len(found), on_watch, sub_dir), record_ops=opts.record_ops,
+                     mutant=opts.mutant)
         _audit_launch(lease, group, sub_dir, res=res)
         decision = relaunch.decide([c.name for c in remaining], _facts(res, group), clashes)
         if decision.retry_rendezvous:
@@ -285,12 +288,15 @@ def _keep_aside(sub_dir: str, clashes: int, port: Optional[int]) -> str:
             f"already in use (port {port or 'chosen by torchrun'}); its log: {os.path.basename(aside)}/launcher.log")
 
 
-def _poller(on_progress, finished_before: int):
-    if on_progress is None:
+def _poller(on_progress, finished_before: int, on_watch=None, launch_dir: str = ""):
+    if on_progress is None and on_watch is None:
         return None
 
     def poll(watcher: RankWatcher) -> None:
-        on_progress(finished_before + watcher.cases_done(), watcher.current_case())
+        if on_progress is not None:
+            on_progress(finished_before + watcher.cases_done(), watcher.current_case())
+        if on_watch is not None:
+            on_watch(watcher, launch_dir)
     return poll
 
 
@@ -430,7 +436,8 @@ def _salvage_in_flight(result: RunResult) -> List[CaseOutcome]:
         records = salvage(group, group_dir)
         found += [outcomes.aggregate(c.name, c.file, group.group_id, group.ranks_of(c), records[c.name],
                                      launch_dir=os.path.basename(group_dir))
-                  for c in group.cases if len(records.get(c.name, {})) == group.ranks_of(c)]
+                  for c in group.cases if len(records.get(c.name, {})) == group.ranks_of(c)
+                  and c.name not in result.held]  # a phase that passed is reported from ``held``
     return found
 
 
@@ -448,9 +455,19 @@ def _launch_line(group: Group, slots: List[int]) -> str:
     return f"-- launch {group.group_id}: {what}, slots {slots}"
 
 
+@dataclass(frozen=True)
+class PhasePassed:
+    """Every rank of a launch still running recorded a pass for ``case`` (one phase of a phased
+    case, not its last): its next phase may start now. ``outcome``: that phase's."""
+
+    case: ScannedCase
+    outcome: CaseOutcome
+
+
 class _GroupsAtOnce:
     """The launches of one run in flight: a thread per launch, each on its own slots of the
-    lease, reporting back through a queue; progress summed over them for the board."""
+    lease, reporting back through a queue (its end, or :class:`PhasePassed` while it runs);
+    progress summed over them for the board."""
 
     def __init__(self, opts: RunOptions, lease: SlotLease, result: RunResult, board: Optional[ProgressBoard],
                  sched: LaunchSchedule) -> None:
@@ -461,6 +478,8 @@ class _GroupsAtOnce:
         self.lock = threading.Lock()
         self.done: Dict[str, int] = {}
         self.threads: List[threading.Thread] = []
+        #: (group id, case) of the phases reported passed while their launch ran
+        self.early: set = set()
 
     def progress(self, group_id: str, done: int, current: str) -> None:
         """Called from a launch's poll loop; raises :class:`LaunchAborted` once the run is interrupted."""
@@ -480,7 +499,8 @@ class _GroupsAtOnce:
             try:
                 sub = SlotLease(self.lease.pool, self.lease.target, slots, self.lease.fds)
                 self.ended.put((group, run_group(group, self.opts, group_dir, sub,
-                                                 lambda done, current: self.progress(group.group_id, done, current))))
+                                                 lambda done, current: self.progress(group.group_id, done, current),
+                                                 self._phase_watch(group))))
             except BaseException as e:  # reported by the main thread
                 self.ended.put((group, e))
 
@@ -488,10 +508,33 @@ class _GroupsAtOnce:
         self.threads.append(t)
         t.start()
 
-    def next_ended(self) -> Tuple[Group, Tuple[List[CaseOutcome], List[str], int]]:
-        """The next launch group to end and what :func:`run_group` returned; its slots are free
-        again. An exception in its thread is raised here."""
+    def _phase_watch(self, group: Group):
+        """A poll hook that reports :class:`PhasePassed` once for each phase (not a case's last)
+        ``group`` runs, as soon as every rank recorded it passed."""
+        units = [c for c in group.phase_units() if c.phase < len(c.phase_meshes)]
+        if not units:
+            return None
+        told = set()
+
+        def watch(watcher: RankWatcher, launch_dir: str) -> None:
+            for c in units:
+                records = watcher.records.get(c.name, {})
+                if (c.name not in told and len(records) == group.ranks_of(c)
+                        and all(r.status is Status.PASS for r in records.values())):
+                    told.add(c.name)
+                    self.ended.put((group, PhasePassed(c, outcomes.aggregate(
+                        c.name, c.file, group.group_id, group.ranks_of(c), records,
+                        launch_dir=os.path.basename(launch_dir)))))
+        return watch
+
+    def next_ended(self) -> Tuple[Group, object]:
+        """The next launch group to end and what :func:`run_group` returned (its slots are free
+        again), or a :class:`PhasePassed` of a launch still running. An exception in a launch's
+        thread is raised here."""
         group, got = _next_ended(self.ended)
+        if isinstance(got, PhasePassed):
+            self.early.add((group.group_id, got.case.name))
+            return group, got
         self.sched.give_back(group.group_id)
         del self.result.in_flight[group.group_id]
         if isinstance(got, BaseException):
@@ -524,7 +567,7 @@ def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, res
             if opts.fail_fast and failed and sched.pending:
                 _fail_fast_rest(sched.pending, failed[0], result, emit)
                 sched.pending = []
-            while sched.pending and (group := sched.startable(result.held)) is not None:
+            while sched.pending and (group := sched.startable()) is not None:
                 slots = sched.take(group)
                 emit([_launch_line(group, slots)])
                 flight.start(group, slots)
@@ -533,9 +576,19 @@ def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, res
                     raise SlotRequestError(f"launch group {sched.pending[0].group_id} needs more slots than the "
                                            f"run holds ({len(lease.slots)})")
                 break
-            group, (group_outcomes, notes, launches) = flight.next_ended()
-            if group.phase is not None:
-                group_outcomes = outcomes.phase_chain(group, group_outcomes, result.held)
+            group, got = flight.next_ended()
+            if isinstance(got, PhasePassed):  # its next phase may start while this launch goes on
+                with flight.lock:
+                    outcomes.phase_chain(group, [got.outcome], result.held)
+                sched.phase_passed(got.case.name, got.case.phase)
+                continue
+            group_outcomes, notes, launches = got
+            if group.phase_units():
+                group_outcomes = outcomes.phase_chain(
+                    group, [o for o in group_outcomes if (group.group_id, o.case) not in flight.early], result.held)
+                for c in group.phase_units():
+                    if c.name in result.held and (group.group_id, c.name) not in flight.early:
+                        sched.phase_passed(c.name, c.phase)
             with flight.lock:
                 result.launches += launches
                 result.outcomes.extend(group_outcomes)
