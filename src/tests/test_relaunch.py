@@ -96,3 +96,25 @@ def test_the_rank_that_died_first_leads_the_report(tmp_path):
         out = interrupted(case, group, res, Status.CRASH)
         assert [f.rank for f in out.failures] == [1, 0], rank0_exit
         assert out.failures[0].error.startswith("the rank died (exit 7) before recording the case")
+
+
+def test_a_rank_that_gave_up_under_msrun_is_worded_as_giving_up_not_as_dying(tmp_path):
+    """msrun reports a worker's exit in its own line (``LaunchResult.dead_exit``): a rank that left
+    after its end-of-case fence failed (exit 3) gave up, it did not die; its peer that died leads."""
+    from meshtest.contract import GAVE_UP_EXIT
+    from meshtest.parent.launch import LaunchResult
+    from meshtest.parent.outcomes import interrupted
+    from meshtest.parent.planner import plan_groups
+    from meshtest.status import Status
+    from tests.helpers import scanned
+
+    case = scanned("c")
+    group = plan_groups([case])[0]
+    (tmp_path / "launcher.log").write_text("$ msrun ...\n")
+    res = LaunchResult(rc=1, timed_out=False, wall_s=1.0, out_dir=str(tmp_path), dead={0: 100, 1: 101},
+                       dead_exit={0: GAVE_UP_EXIT, 1: 7})
+    out = interrupted(case, group, res, Status.CRASH)
+    assert [f.rank for f in out.failures] == [1, 0]
+    assert out.failures[0].error.startswith("the rank process (pid 101) exited (exit 7) before recording the case")
+    assert out.failures[1].error.startswith(f"the rank left the launch (exit {GAVE_UP_EXIT}) after its end-of-case "
+                                            "fence failed")

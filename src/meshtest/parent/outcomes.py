@@ -79,7 +79,8 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
     then those killed or timed out, then those that recorded something.
     """
     by_rank = res.records.get(case.name, {})
-    exits = rank_exit_codes(os.path.join(res.out_dir, "launcher.log"))
+    # exit codes from torchrun's failure report, or from msrun's line on a rank the watcher saw gone
+    exits = {**res.dead_exit, **rank_exit_codes(os.path.join(res.out_dir, "launcher.log"))}
     failures = []
     # a local-lane launch: the worker process (its stream and log) that took the case simulated every rank
     worker = next((p for p, prog in sorted(res.progress.items()) if prog.case == case.name), 0)
@@ -103,7 +104,8 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
     # the rank that died first: its own last words matter, not its peers' "connection reset".
     # A rank torchrun stopped with SIGTERM after another rank failed did not die on its own; of
     # the ranks that did, the one torchrun observed first leads.
-    died = {r for r, code in exits.items() if code not in (0, GAVE_UP_EXIT, -signal.SIGTERM)} | set(res.dead)
+    died = ({r for r, code in exits.items() if code not in (0, GAVE_UP_EXIT, -signal.SIGTERM)}
+            | {r for r in res.dead if exits.get(r) != GAVE_UP_EXIT})
     first = root_cause_rank(os.path.join(res.out_dir, "launcher.log"))
     failures.sort(key=lambda f: (f.rank not in died, f.rank != first,
                                  f.status not in (Status.CRASH, Status.TIMEOUT), f.rank))
