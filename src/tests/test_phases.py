@@ -12,7 +12,7 @@ from meshtest import CaseDeclarationError, Phase, TrainCase, checkpoints
 from meshtest.contract import CaseOutcome, RankFailure
 from meshtest.model.scan import scan_case_source
 from meshtest.parent.outcomes import phase_chain
-from meshtest.parent.planner import LaunchSchedule, plan_groups
+from meshtest.parent.planner import LaunchSchedule, phase_groups, plan_groups
 from meshtest.status import Status
 from tests.helpers import scanned
 
@@ -90,13 +90,13 @@ register(TrainCase(name="bad", model=m, data=d, loss=l, mesh_shape=(2,), phases=
     assert scan.error is not None and "case 'bad'" in scan.error and words in scan.error, scan.error
 
 
-def test_each_phase_is_a_launch_of_its_own_after_the_other_groups():
+def test_each_later_phase_is_a_launch_of_its_own_after_the_other_groups():
     scan = scan_case_source("case_p.py", PHASED)
     groups = plan_groups(list(scan.cases) + [scanned("op", mesh_shape=(2,))])
     assert [g.group_id for g in groups] == [
-        "w2", "w4-4-phase1of4-resumed", "w4-2x2-phase2of4-resumed", "w4-4-phase3of4-resumed",
-        "w2-2-phase4of4-resumed"]
+        "w2", "w4", "w4-2x2-phase2of4-resumed", "w4-4-phase3of4-resumed", "w2-2-phase4of4-resumed"]
     assert [c.name for c in groups[0].cases] == ["plain", "op"]
+    assert [(c.name, c.phase) for c in groups[1].cases] == [("resumed", 1)]  # phase 1: a w4 launch
     second = groups[2]
     assert second.phase == (2, 4) and second.mesh_dim_names == ("dp", "tp")
     assert [(c.phase, c.mesh_shape) for c in second.cases] == [(2, (2, 2))]
@@ -111,7 +111,11 @@ def test_phase_1_is_the_first_case_of_the_launch_of_its_world_size_and_later_pha
     assert [(c.name, c.phase, c.mesh_shape) for c in shared.cases] == [("resumed", 1, (4,)), ("op4", None, (2, 2))]
     assert shared.phase is None and shared.mesh_shape == (4,) and [c.name for c in shared.phase_units()] == ["resumed"]
     solo = scanned("alone", mesh_shape=(4,), solo=True)  # a solo launcher's launch is its case's alone
-    assert [g.group_id for g in plan_groups(list(scan.cases) + [solo])][:2] == ["w2", "w4-solo-alone"]
+    by_id = {g.group_id: [c.name for c in g.cases] for g in plan_groups(list(scan.cases) + [solo])}
+    assert by_id["w4"] == ["resumed"] and by_id["w4-solo-alone"] == ["alone"]
+    two = scan_case_source("case_q.py", PHASED.replace('"resumed"', '"again"'))
+    shared = plan_groups(list(scan.cases) + list(two.cases))[1]  # phase 1 of both cases: one launch
+    assert [(c.file, c.name, c.phase) for c in shared.cases] == [("case_p.py", "resumed", 1), ("case_q.py", "again", 1)]
 
 
 def test_a_later_phase_starts_while_the_launch_of_the_earlier_one_runs_on():
@@ -150,7 +154,7 @@ def _outcome(status, group, step="phase1 compare"):
 
 def test_phase_outcomes_chain_into_one_outcome_per_case():
     scan = scan_case_source("case_p.py", PHASED)
-    groups = [g for g in plan_groups(scan.cases) if g.phase]
+    groups = phase_groups(scan.cases[0])  # each phase alone (phase 1 as a launch of its own)
     held = {}
     assert phase_chain(groups[0], [_outcome(Status.PASS, groups[0].group_id)], held) == []
     assert phase_chain(groups[1], [_outcome(Status.PASS, groups[1].group_id)], held) == []

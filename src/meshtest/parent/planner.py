@@ -11,13 +11,12 @@ launch's start-up (HCCL initialisation) costs more than dozens of cases (seed 00
 cases get a group of their own.
 
 A training case with phases (``TrainCase(phases=...)``) runs each phase in processes of its own:
-phase 1 is the first case of the launch of its world size (or a launch of its own when the run
-has none), every later phase a launch of its own on the phase's mesh, which starts once the phase
-before it passed on every rank — its checkpoint committed — even while that phase's launch goes
-on with other cases (:class:`LaunchSchedule`). A later phase never shares a process with an
-earlier one: a real stop, not an in-process reload. Sharing phase 1's launch saves one launch
-start-up per phased case and lets the chain of phases overlap other work
-(``tools/packing_model.py``).
+phase 1 is a case of the launch of its world size, before that launch's other cases; every later
+phase is a launch of its own on the phase's mesh, which starts once the phase before it passed on
+every rank — its checkpoint committed — even while that phase's launch goes on with other cases
+(:class:`LaunchSchedule`). A later phase never shares a process with an earlier one: a real stop,
+not an in-process reload. Sharing phase 1's launch saves one launch start-up per phased case and
+lets the chain of phases overlap other work (``tools/packing_model.py``).
 """
 from __future__ import annotations
 
@@ -46,7 +45,7 @@ class Group:
     mesh_dim_names: Tuple[str, ...]
     cases: Tuple[ScannedCase, ...]
     #: ``(phase, phases)`` for a group that runs one later phase of a phased case (its only case),
-    #: or phase 1 in a launch of its own; else ``None`` (phase 1 may still be the group's first case)
+    #: else ``None`` (phase 1 of a phased case is among a ``w<n>`` group's cases: :meth:`phase_units`)
     phase: Optional[Tuple[int, int]] = None
     #: ``"ranks"``: one process per rank (torchrun); ``"local"``: one process simulates every rank
     #: of each case's own mesh (:data:`LANES`); its cases may have different meshes
@@ -111,21 +110,21 @@ def _group_key(c: ScannedCase) -> tuple:
 
 def plan_groups(cases: Iterable[ScannedCase]) -> List[Group]:
     """Group ``cases`` into launches: ``w<ranks>`` (``w4``), ``w<ranks>-solo-<case>``, and the
-    phases of phased cases (:func:`phase_groups`): phase 1 first in the ``w<ranks>`` group of its
-    world size when there is one (by file and line when several phased cases join one group),
-    else a group of its own; every later phase a group of its own.
+    later phases of phased cases (:func:`phase_groups`); phase 1 of a phased case is a case of
+    the ``w<ranks>`` group of its world size, before the others.
 
-    Order is deterministic: groups by (world size, solo case name); cases inside a group by
-    (file, line), phase-1 cases first. A group's ``mesh_shape`` is its first case's (the launch's
-    first mesh). Every rank of a launch reads the same plan file, so all ranks run the same cases
-    in the same order (seed 000 C2).
+    Order is deterministic: groups by (world size, solo case name), then the later phases by
+    (file, line); cases inside a group by (file, line), phase-1 cases first. A group's
+    ``mesh_shape`` is its first case's (the launch's first mesh). Every rank of a launch reads
+    the same plan file, so all ranks run the same cases in the same order (seed 000 C2).
     """
     buckets: Dict[tuple, List[ScannedCase]] = {}
-    phased = []
-    for c in cases:
+    later: List[Group] = []
+    for c in sorted(cases, key=lambda c: (c.file, c.lineno)):
         if c.phase_meshes:
-            phased.append(c)
-            continue
+            first, *rest = phase_groups(c)
+            c = first.cases[0]
+            later.extend(rest)
         buckets.setdefault(_group_key(c), []).append(c)
     groups = []
     for key in sorted(buckets):
@@ -133,25 +132,10 @@ def plan_groups(cases: Iterable[ScannedCase]) -> List[Group]:
         gid = f"w{ws}"
         if solo:
             gid += "-solo-" + "".join(ch if ch.isalnum() or ch in "_.-" else "_" for ch in solo)
-        members = tuple(sorted(buckets[key], key=lambda c: (c.file, c.lineno)))
+        members = tuple(sorted(buckets[key], key=lambda c: (c.phase is None, c.file, c.lineno)))
         shape = members[0].mesh_shape
         groups.append(Group(gid, shape, normalised_dim_names(len(shape)), members))
-    shared = {g.world_size: i for i, g in enumerate(groups) if "-solo-" not in g.group_id}
-    joined: Dict[int, List[ScannedCase]] = {}
-    for c in sorted(phased, key=lambda c: (c.file, c.lineno)):
-        first, *later = phase_groups(c)
-        host = shared.get(first.world_size)
-        if host is None:
-            groups.append(first)
-        else:
-            joined.setdefault(host, []).append(first.cases[0])
-        groups.extend(later)
-    for i, units in joined.items():
-        g = groups[i]
-        members = tuple(units) + g.cases
-        groups[i] = replace(g, mesh_shape=members[0].mesh_shape,
-                            mesh_dim_names=normalised_dim_names(len(members[0].mesh_shape)), cases=members)
-    return groups
+    return groups + later
 
 
 def split_groups(groups: Sequence[Group], slots: int, durations: Optional[Mapping[str, float]] = None,
