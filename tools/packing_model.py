@@ -49,6 +49,7 @@ from meshtest.parent.planner import (  # noqa: E402
     Group,
     LaunchSchedule,
     launch_cost,
+    phase_groups,
     plan_groups,
     select_cases,
     split_groups,
@@ -109,7 +110,8 @@ class Result:
 
 def groups_before(cases) -> List[Group]:
     """The launch groups of the plan before this model (commit 118008d): one per mesh shape (and
-    solo case), so ``(2, 2)`` and ``(4,)`` cases took a launch each; phase groups as now."""
+    solo case), so ``(2, 2)`` and ``(4,)`` cases took a launch each, and every phase of a phased
+    case a launch of its own, after the others (:func:`meshtest.parent.planner.phase_groups`)."""
     buckets: Dict[tuple, list] = {}
     for c in cases:
         if not c.phase_meshes:
@@ -117,7 +119,8 @@ def groups_before(cases) -> List[Group]:
     out = [Group(f"w{ws}-" + "x".join(map(str, shape)) + (f"-solo-{solo}" if solo else ""), shape,
                  tuple(f"d{i}" for i in range(len(shape))), tuple(sorted(members, key=lambda c: (c.file, c.lineno))))
            for (ws, shape, solo), members in sorted(buckets.items())]
-    return out + plan_groups([c for c in cases if c.phase_meshes])
+    return out + [g for c in sorted(cases, key=lambda c: (c.file, c.lineno)) if c.phase_meshes
+                  for g in phase_groups(c)]
 
 
 def plan_batches(tag: str, rule: str, files: Optional[Sequence[str]] = None) -> List[Batch]:
