@@ -393,9 +393,12 @@ def rank_from_env() -> int:
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """Run one launch's plan on this rank; exit 0 once every result is recorded
-    (:data:`GAVE_UP_EXIT`: the fence failed and the runner relaunches the rest)."""
+def run(argv: Optional[List[str]] = None) -> Tuple[int, bool]:
+    """Run one launch's plan on this rank: ``(exit code, hard exit)``. The code is 0 once every
+    result is recorded (:data:`GAVE_UP_EXIT`: the fence failed and the runner relaunches the
+    rest); hard exit: end the process with ``os._exit`` (the backend's
+    :attr:`~meshtest.platforms.backend.ShardBackend.hard_exit`). Called by :func:`main`, and in a
+    rank forked by :mod:`meshtest.platforms.torch_launcher` (which always ends that way)."""
     ap = argparse.ArgumentParser(prog="meshtest.rank.entry")
     ap.add_argument("--plan", required=True, help="launch plan JSON written by the runner")
     args = ap.parse_args(argv)
@@ -410,10 +413,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if plan.lane == "local":
         rc = run_local_workers(plan)
         log.info("local lane done")
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(rc)
+        return rc, True
     out = RankStream(os.path.join(plan.out_dir, f"rank{rank}.jsonl"))
     out.emit(RankStarted(rank, os.getpid()))
     backend, broken = run_plan(plan, rank, out)
@@ -422,8 +422,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         backend.recover_after_failure(timeout_s=plan.case_timeout_s)  # closing barrier
         backend.shutdown()
     log.info("rank %s", "gave up: the runner relaunches the remaining cases" if broken else "done")
-    code = GAVE_UP_EXIT if broken else 0
-    if not backend.hard_exit:
+    return (GAVE_UP_EXIT if broken else 0), backend.hard_exit
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """The rank process started by a launcher (``python -m meshtest.rank.entry --plan P``):
+    :func:`run`, then exit with its code."""
+    code, hard = run(argv)
+    if not hard:
         return code
     logging.shutdown()
     sys.stdout.flush()
