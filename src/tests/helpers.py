@@ -52,9 +52,9 @@ def processes_alive(marker: str, also: str = "") -> list:
 def ranks_alive(marker: str) -> list:
     """Command lines of live rank processes whose arguments contain ``marker``: started as
     ``meshtest.rank.entry``, or forked by (and showing the command line of) the CPU launcher
-    ``meshtest.platforms.torch_launcher``, which counts too."""
+    ``meshtest.rank.torch_launcher``, which counts too."""
     return (processes_alive(marker, also="meshtest.rank.entry")
-            + processes_alive(marker, also="meshtest.platforms.torch_launcher"))
+            + processes_alive(marker, also="meshtest.rank.torch_launcher"))
 
 
 def assert_nothing_leaked(slot_dir: str, out: str, killed_holders: int = 0) -> None:

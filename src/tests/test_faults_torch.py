@@ -306,3 +306,28 @@ def test_killing_the_runner_leaves_no_rank_and_frees_every_slot(tmp_path, sig):
         assert recorded == ["fault_before"]
     else:
         assert proc.returncode == -signal.SIGKILL
+
+
+def test_the_fork_launchers_report_names_every_rank_that_exited_first_seen_first(tmp_path):
+    """The CPU launcher's own report (torchrun's agent with forked ranks names one failed rank):
+    every rank's exit, peeked at before the agent reaps it, in torchrun's format."""
+    import time
+
+    from meshtest.parent.launch import rank_exit_codes, root_cause_rank
+    from meshtest.rank.torch_launcher import RankExits
+
+    exits = RankExits()
+    pids = []
+    for rank, code in ((1, 7), (0, 3)):  # rank 1 dies, then rank 0 gives up
+        pid = os.fork()
+        if pid == 0:
+            exits.announce(rank)
+            os._exit(code)
+        pids.append(pid)
+        time.sleep(0.3)
+        exits.on_child_exit()  # what SIGCHLD runs
+    report = exits.report()
+    assert [os.waitpid(pid, 0)[1] >> 8 for pid in pids] == [7, 3]  # still there for the agent to reap
+    log = tmp_path / "launcher.log"
+    log.write_text(report)
+    assert rank_exit_codes(str(log)) == {1: 7, 0: 3} and root_cause_rank(str(log)) == 1

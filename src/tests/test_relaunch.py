@@ -1,6 +1,8 @@
 """The relaunch policy on its own: given how a launch ended, what is reported and what runs next."""
 from __future__ import annotations
 
+import pytest
+
 from meshtest.parent.relaunch import RENDEZVOUS_RETRIES, LaunchFacts, decide
 
 CASES = ("a", "b", "c", "d")
@@ -118,3 +120,24 @@ def test_a_rank_that_gave_up_under_msrun_is_worded_as_giving_up_not_as_dying(tmp
     assert out.failures[0].error.startswith("the rank process (pid 101) exited (exit 7) before recording the case")
     assert out.failures[1].error.startswith(f"the rank left the launch (exit {GAVE_UP_EXIT}) after its end-of-case "
                                             "fence failed")
+
+
+def test_cpu_torch_launches_fork_their_ranks_and_everything_else_spawns(monkeypatch):
+    from meshtest.parent.launch import RANK_START_ENV, launch_command, rank_start
+
+    monkeypatch.delenv(RANK_START_ENV, raising=False)
+    assert rank_start("torch", "cpu") == "fork"
+    assert rank_start("torch", "npu") == "spawn" and rank_start("torch", "cuda") == "spawn"
+    assert rank_start("numpy", "cpu") == "spawn"  # another platform gains nothing from torch imported first
+    monkeypatch.setenv(RANK_START_ENV, "spawn")
+    assert rank_start("torch", "cpu") == "spawn"
+    monkeypatch.setenv(RANK_START_ENV, "forked")
+    with pytest.raises(ValueError, match=r"\$MESHTEST_RANK_START must be 'fork' or 'spawn', not 'forked'"):
+        rank_start("torch", "cpu")
+    cmd, env = launch_command("torchrun", 4, ["--plan", "p.json"], python="py", start="fork")
+    assert cmd == ["py", "-m", "meshtest.rank.torch_launcher", "--nproc=4", "--", "--plan", "p.json"] and env == {}
+    cmd, _ = launch_command("torchrun", 4, ["--plan", "p.json"], python="py", master_port=29500, start="fork")
+    assert cmd[3:5] == ["--nproc=4", "--master-port=29500"]
+    cmd, _ = launch_command("torchrun", 4, ["--plan", "p.json"], python="py")
+    assert cmd[:4] == ["py", "-m", "torch.distributed.run", "--standalone"] and cmd[-3:] == [
+        "meshtest.rank.entry", "--plan", "p.json"]

@@ -48,7 +48,7 @@ DEVICE_VISIBILITY_ENV = {"cpu": "MESHTEST_SLOT_IDS", "npu": "ASCEND_RT_VISIBLE_D
 #: The module every rank runs.
 RANK_ENTRY = "meshtest.rank.entry"
 #: The torch launcher that forks its ranks after one import of torch (:func:`rank_start`).
-FORK_LAUNCHER = "meshtest.platforms.torch_launcher"
+FORK_LAUNCHER = "meshtest.rank.torch_launcher"
 #: The script msrun workers run (:data:`RANK_ENTRY` as a file: msrun starts a script path).
 MSRUN_WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rank", "msrun_worker.py")
 #: msrun's ``--cluster_time_out``: seconds its scheduler waits for every worker to register.
@@ -57,18 +57,21 @@ MSRUN_WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 MSRUN_CLUSTER_TIMEOUT_S = 120
 
 
-def rank_start(device_kind: str) -> str:
-    """How a torch launch of several ranks starts them: ``"fork"`` (from torchrun's agent after
-    it imported torch once: :mod:`meshtest.platforms.torch_launcher`) on the CPU device kind,
-    ``"spawn"`` (``torchrun`` itself: each rank a new interpreter) on an accelerator, whose runtime
-    has not been checked with forked ranks here; ``$MESHTEST_RANK_START`` (``fork`` or ``spawn``)
-    overrides both.
+def rank_start(platform: str, device_kind: str) -> str:
+    """How a torchrun launch of several ranks starts them: ``"fork"`` (from torchrun's agent after
+    it imported torch once: :mod:`meshtest.rank.torch_launcher`) for the ``torch`` platform
+    on the CPU device kind, ``"spawn"`` (``torchrun`` itself: each rank a new interpreter)
+    otherwise — an accelerator's runtime has not been checked with forked ranks here, and another
+    platform's ranks have nothing to gain from torch imported first. ``$MESHTEST_RANK_START``
+    (``fork`` or ``spawn``) overrides the choice for the ``torch`` platform.
 
     :raises ValueError: ``$MESHTEST_RANK_START`` is neither.
     """
     chosen = os.environ.get(RANK_START_ENV, "")
     if chosen and chosen not in ("fork", "spawn"):
         raise ValueError(f"${RANK_START_ENV} must be 'fork' or 'spawn', not {chosen!r}")
+    if platform != "torch":
+        return "spawn"
     return chosen or ("fork" if device_kind == "cpu" else "spawn")
 
 
@@ -78,13 +81,13 @@ RANK_START_ENV = "MESHTEST_RANK_START"
 
 def launch_command(kind: str, nproc: int, entry_args: Sequence[str], python: str = sys.executable,
                    master_port: Optional[int] = None, lane: str = "ranks",
-                   log_dir: str = "", device_kind: str = "cpu") -> Tuple[List[str], Dict[str, str]]:
+                   log_dir: str = "", start: str = "spawn") -> Tuple[List[str], Dict[str, str]]:
     """Command line (and the environment it adds) that starts ``nproc`` ranks of
     :data:`RANK_ENTRY` with ``entry_args``.
 
     ``torchrun``: torch's elastic agent as ``torchrun --standalone --nnodes=1`` configures it
     (single node; the rendezvous store binds an OS-assigned free port, so concurrent launches do
-    not clash) — on the CPU device kind ``python -m meshtest.platforms.torch_launcher``, the same
+    not clash) — with ``start="fork"`` ``python -m meshtest.rank.torch_launcher``, the same
     agent with ranks forked after one import of torch (:func:`rank_start`), else ``python -m
     torch.distributed.run``. With ``master_port`` (sites that need a fixed port,
     ``$MESHTEST_MASTER_PORT``): static rendezvous on ``127.0.0.1:master_port``, where a port
@@ -125,7 +128,7 @@ def launch_command(kind: str, nproc: int, entry_args: Sequence[str], python: str
         env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port or free_port())}
         return [python, "-m", RANK_ENTRY, *entry_args], env
-    if rank_start(device_kind) == "fork":
+    if start == "fork":
         port = [] if master_port is None else [f"--master-port={master_port}"]
         return [python, "-m", FORK_LAUNCHER, f"--nproc={nproc}", *port, "--", *entry_args], {}
     rendezvous = (["--standalone"] if master_port is None
@@ -393,7 +396,7 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
     kind = backend_info(platform).launcher
     msrun_logs = os.path.join(out_dir, "msrun")
     cmd, extra_env = launch_command(kind, group.processes, ["--plan", plan_path], master_port=master_port,
-                                    lane=group.lane, log_dir=msrun_logs, device_kind=device_kind)
+                                    lane=group.lane, log_dir=msrun_logs, start=rank_start(platform, device_kind))
     t0 = time.monotonic()
     started = time.time()
     # msrun kills the other workers within a second of one dying, but exits only ~45 s later (its

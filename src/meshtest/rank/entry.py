@@ -398,7 +398,7 @@ def run(argv: Optional[List[str]] = None) -> Tuple[int, bool]:
     result is recorded (:data:`GAVE_UP_EXIT`: the fence failed and the runner relaunches the
     rest); hard exit: end the process with ``os._exit`` (the backend's
     :attr:`~meshtest.platforms.backend.ShardBackend.hard_exit`). Called by :func:`main`, and in a
-    rank forked by :mod:`meshtest.platforms.torch_launcher` (which always ends that way)."""
+    rank forked by :mod:`meshtest.rank.torch_launcher` (which always ends that way)."""
     ap = argparse.ArgumentParser(prog="meshtest.rank.entry")
     ap.add_argument("--plan", required=True, help="launch plan JSON written by the runner")
     args = ap.parse_args(argv)

@@ -1,6 +1,6 @@
 """torchrun's elastic agent with rank processes forked from a process that imported torch once.
 
-``python -m meshtest.platforms.torch_launcher --nproc N [--master-port P] -- <rank entry args>``
+``python -m meshtest.rank.torch_launcher --nproc N [--master-port P] -- <rank entry args>``
 runs the agent behind ``torchrun`` (``torch.distributed.launcher.api.elastic_launch``, the
 function ``torch.distributed.run`` calls) with the configuration ``torchrun --standalone
 --nnodes=1 --nproc-per-node=N`` builds (c10d rendezvous on ``localhost:0``; with ``--master-port``
@@ -30,17 +30,9 @@ import os
 import signal
 import sys
 import uuid
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch reads it: what torchrun sets for nproc > 1
-
-import torch  # noqa: E402,F401  (imported once here, inherited by every rank)
-import torch.distributed.tensor  # noqa: E402,F401
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: E402
-from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # noqa: E402
-
-from ..rank import entry  # noqa: E402
-from . import torch_gloo  # noqa: E402,F401  (the backend the ranks load)
+from . import entry
 
 
 class RankExits:
@@ -104,7 +96,7 @@ class RankExits:
             return ""
         blocks = [f"[{i}]:\n  rank      : {rank} (local_rank: {rank})\n  exitcode  : {code} (pid: {pid})"
                   for i, (pid, rank, code) in enumerate(failed)]
-        return ("=" * 60 + "\nmeshtest.platforms.torch_launcher: rank exits, first seen first\n"
+        return ("=" * 60 + "\nmeshtest.rank.torch_launcher: rank exits, first seen first\n"
                 + "Root Cause (first observed failure):\n" + "\n".join(blocks) + "\n" + "=" * 60)
 
 
@@ -121,9 +113,12 @@ def rank_main(*entry_args: str) -> None:
         raise SystemExit(code)
 
 
-def config(nproc: int, master_port: Optional[int]) -> LaunchConfig:
-    """torchrun's configuration for ``--standalone --nnodes=1 --nproc-per-node=nproc`` (or the
-    static rendezvous on ``127.0.0.1:master_port``), with forked ranks."""
+def config(nproc: int, master_port: Optional[int]) -> Any:
+    """torchrun's configuration (a ``torch.distributed.launcher.api.LaunchConfig``) for
+    ``--standalone --nnodes=1 --nproc-per-node=nproc`` (or the static rendezvous on
+    ``127.0.0.1:master_port``), with forked ranks."""
+    from torch.distributed.launcher.api import LaunchConfig
+
     if master_port is None:
         backend, endpoint, run_id, rdzv = "c10d", "localhost:0", str(uuid.uuid4()), {}
     else:
@@ -144,10 +139,18 @@ def main(argv: Optional[List[str]] = None) -> None:
     if "--" in argv:
         cut = argv.index("--")
         argv, rest = argv[:cut], argv[cut + 1:]
-    ap = argparse.ArgumentParser(prog="meshtest.platforms.torch_launcher")
+    ap = argparse.ArgumentParser(prog="meshtest.rank.torch_launcher")
     ap.add_argument("--nproc", type=int, required=True, help="ranks on this node")
     ap.add_argument("--master-port", type=int, default=None, help="static rendezvous on 127.0.0.1:PORT")
     args = ap.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch reads it: what torchrun sets for nproc > 1
+    # imported once here, inherited by every rank: torch, DTensor, the backend the ranks load
+    import torch.distributed.tensor  # noqa: F401
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+
+    from ..platforms import torch_gloo  # noqa: F401
+
     signal.signal(signal.SIGCHLD, EXITS.on_child_exit)
     try:
         elastic_launch(config(args.nproc, args.master_port), rank_main)(*rest)
