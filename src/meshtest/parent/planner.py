@@ -180,14 +180,12 @@ def split_groups(groups: Sequence[Group], slots: int, durations: Optional[Mappin
 
 #: Seconds a launch's start-up costs, by device kind, then world size (``None``: any other):
 #: what :func:`split_groups` and :class:`LaunchSchedule` weigh case time against. ``cpu``:
-#: seconds from a launch's start to its first case (the slot audit log's ``startup_s``) with
-#: ranks forked by :mod:`meshtest.rank.torch_launcher` — torchrun's agent importing torch once,
-#: rendezvous, gloo init, the first mesh — medians of three launches of 2, 4 and 8 ranks on the
-#: project's 2-core machines (WORKSPACE-notes.md, "Batching"; one rank: the rank started
-#: directly); ``npu``: seed 000 §9.2, the one-launch-per-case framework took 158 s for 6 cases
-#: on Torch NPU (hccl), so a launch's start-up is about 26.3 s.
+#: torchrun + gloo init + 1-D DeviceMesh + destroy, measured on the project's 2-core machines
+#: (WORKSPACE-notes.md, "Batching"; ranks forked by ``MESHTEST_RANK_START=fork`` start in
+#: about 4.2-4.6 s whatever their number); ``npu``: seed 000 §9.2, the one-launch-per-case
+#: framework took 158 s for 6 cases on Torch NPU (hccl), so a launch's start-up is about 26.3 s.
 LAUNCH_STARTUP_S: Dict[str, Dict[Optional[int], float]] = {
-    "cpu": {1: 4.4, 2: 4.2, 4: 4.6, None: 4.2},
+    "cpu": {1: 4.4, 2: 4.4, 4: 6.5, None: 11.0},
     "npu": {None: 158.0 / 6},
     "cuda": {None: 158.0 / 6},
 }

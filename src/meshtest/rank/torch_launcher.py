@@ -18,10 +18,13 @@ stderr (``launcher.log``: ``rank : k`` / ``exitcode : c``, the root cause first)
 :func:`meshtest.parent.launch.rank_exit_codes` reads; ``OMP_NUM_THREADS`` is 1 unless set, as
 torchrun sets it for more than one rank per node. A rank's exit code is its
 :func:`meshtest.rank.entry.run` result (``SystemExit``), so a rank that gave up exits
-:data:`meshtest.contract.GAVE_UP_EXIT` as under torchrun. Forking is safe here because this
-process starts no thread pool, device or process group before the ranks exist (the
-rendezvous store's thread is not used by a rank). Used for the CPU device kind;
-``MESHTEST_RANK_START=spawn`` (or an accelerator) starts ranks with ``torchrun`` itself.
+:data:`meshtest.contract.GAVE_UP_EXIT` as under torchrun. This process starts no thread pool,
+device or process group before the ranks exist, but the agent forks after its rendezvous has
+started threads (the store, the keep-alive), and a lock one of them holds at that moment stays
+held in the rank: the suspected cause of the one failure seen (an 8-rank launch in which no
+case began, 1 of 3 cold main-job runs). So it is opt-in: ``MESHTEST_RANK_START=fork``, torch on
+the CPU device kind only (:func:`meshtest.parent.launch.rank_start`); by default ranks start
+with ``torchrun`` itself.
 """
 from __future__ import annotations
 
