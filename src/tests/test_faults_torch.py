@@ -334,16 +334,15 @@ def test_the_fork_launchers_report_names_every_rank_that_exited_first_seen_first
 
 
 def test_forked_ranks_on_request_run_a_launch_and_leave_nothing(tmp_path):
-    """``MESHTEST_RANK_START=fork``: the 4-rank launch goes through the forking launcher (its
+    """``MESHTEST_RANK_START=fork``: the 2-rank launch goes through the forking launcher (its
     command heads ``launcher.log``), both cases pass, no rank is left."""
-    repo = os.path.dirname(SRC_ROOT)
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "meshtest", "run", "cases/torch/case_sort.py", "--tag", "cpu_level0",
-                           "--tag", "mesh:4", "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots")],
-                          capture_output=True, text=True, cwd=repo, timeout=300,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([SRC_ROOT, repo]),
-                               "MESHTEST_RANK_START": "fork"})
+    proc = subprocess.run([sys.executable, "-m", "meshtest", "run", os.path.join(FAULTS_DIR, "case_faults.py"),
+                           "--tag", "cpu_faults", "--case", "fault_before", "--case", "fault_after_exit",
+                           "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots")],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": SRC_ROOT, "MESHTEST_RANK_START": "fork"})
     assert proc.returncode == 0 and "meshtest: 2 passed, 0 failed" in proc.stdout, proc.stdout + proc.stderr
-    first = (out / "ranks" / "w4" / "launcher.log").read_text().splitlines()[0]
-    assert "-m meshtest.rank.torch_launcher --nproc=4 --" in first, first
+    first = (out / "ranks" / "w2" / "launcher.log").read_text().splitlines()[0]
+    assert "-m meshtest.rank.torch_launcher --nproc=2 --" in first, first
     assert_nothing_leaked(str(tmp_path / "slots"), out)
