@@ -103,14 +103,16 @@ class RankExits:
                 + "Root Cause (first observed failure):\n" + "\n".join(blocks) + "\n" + "=" * 60)
 
 
-EXITS = RankExits()
+#: the launch's exit log, made by :func:`main` (a forked rank inherits it); no pipe at import
+EXITS: Optional[RankExits] = None
 
 
 def rank_main(*entry_args: str) -> None:
     """One rank (a fork of the agent): :func:`meshtest.rank.entry.run`; a non-zero result becomes
     the process's exit code (``SystemExit``), which the agent reports as torchrun would."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the agent's handler is not the rank's
-    EXITS.announce(int(os.environ.get("LOCAL_RANK", "0")))
+    if EXITS is not None:
+        EXITS.announce(int(os.environ.get("LOCAL_RANK", "0")))
     code, _ = entry.run(list(entry_args))  # a forked process always ends with os._exit
     if code:
         raise SystemExit(code)
@@ -154,6 +156,8 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     from ..platforms import torch_gloo  # noqa: F401
 
+    global EXITS
+    EXITS = RankExits()
     signal.signal(signal.SIGCHLD, EXITS.on_child_exit)
     try:
         elastic_launch(config(args.nproc, args.master_port), rank_main)(*rest)
