@@ -47,11 +47,12 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "pants-plugins"))
 from meshtest.model.scan import scan_case_file  # noqa: E402
 from meshtest.parent.planner import (  # noqa: E402
     Group,
-    LaunchSchedule,
+    case_offsets,
     launch_cost,
     phase_groups,
     plan_groups,
     select_cases,
+    simulate_schedule,
     split_groups,
     startup_s,
     tag_clause_matches,
@@ -145,12 +146,12 @@ def plan_batches(tag: str, rule: str, files: Optional[Sequence[str]] = None) -> 
 
 
 def _schedule(groups: List[Group], slots: int, concurrent: bool, cost: Callable[[Group], float],
-              phase_at: Callable[[Group], Dict[str, float]] = lambda g: {}) -> Tuple[
+              phase_at: Callable[[Group], Mapping[str, float]] = lambda g: {}) -> Tuple[
         float, List[Tuple[float, float, Group]], int]:
     """Run ``groups`` on ``slots`` slots from time 0: (end, [(start, end, group)], serial chain).
-    Concurrent: the runner's own schedule (:class:`meshtest.parent.planner.LaunchSchedule`, every
-    phase taken to pass, a phase that shares a launch as soon as its own cases are done:
-    ``phase_at(g)``, seconds from the launch's start by case name); else one after another in
+    Concurrent: the runner's own schedule (:func:`meshtest.parent.planner.simulate_schedule`:
+    every phase taken to pass, a phase that shares a launch as soon as its own cases are done,
+    ``phase_at(g)`` seconds from the launch's start by case name); else one after another in
     plan order."""
     if not concurrent:
         t, spans = 0.0, []
@@ -158,26 +159,7 @@ def _schedule(groups: List[Group], slots: int, concurrent: bool, cost: Callable[
             spans.append((t, t + cost(g), g))
             t += cost(g)
         return t, spans, len(groups)
-    sched = LaunchSchedule(list(groups), list(range(slots)), cost)
-    events: List[Tuple[float, int, Optional[Group], str, int]] = []  # (time, seq, ended group | None, case, phase)
-    spans, t, seq = [], 0.0, 0
-    while sched.pending or sched.running:
-        while (g := sched.startable()) is not None:
-            sched.take(g)
-            spans.append((t, t + cost(g), g))
-            for c in g.phase_units():
-                if c.phase < len(c.phase_meshes):
-                    heapq.heappush(events, (t + phase_at(g)[c.name], seq, None, c.name, c.phase))
-                    seq += 1
-            heapq.heappush(events, (t + cost(g), seq, g, "", 0))
-            seq += 1
-        if not events:
-            raise RuntimeError(f"launch group {sched.pending[0].group_id} does not fit {slots} slot(s)")
-        t, _, g, case, phase = heapq.heappop(events)
-        if g is None:
-            sched.phase_passed(case, phase)
-        else:
-            sched.give_back(g.group_id)
+    spans = simulate_schedule(groups, slots, cost, phase_at)
     return max(e for _, e, _ in spans), spans, _longest_chain(spans)
 
 
@@ -199,17 +181,14 @@ def simulate(tag: str, rule: str, model: CostModel, durations: Mapping[str, floa
     def phase_at(g: Group) -> Dict[str, float]:
         """Seconds from a launch's start until each of its cases is done (start-up, then its
         cases in plan order)."""
-        t, out = model.startup_s(g.world_size), {}
-        for c in g.cases:
-            t += durations.get(c.name, mean)
-            out[c.name] = t
-        return out
+        return case_offsets(g, lambda c: durations.get(c.name, mean), model.startup_s(g.world_size))
     plans = []
     for b in plan_batches(tag, rule):
         groups = groups_before(b.cases) if rule == "before" else plan_groups(b.cases)
         need = min(b.need, model.slots)
         if rule == "fill":
-            groups = split_groups(groups, model.slots, durations, model.startup_s)
+            groups = split_groups(groups, model.slots, durations, model.startup_s,
+                                  fill_idle=model.device_kind != "cpu")
             need = max(need, min(model.slots, sum(g.processes for g in groups)))
         plans.append((b, groups, need))
     # Pants' executor: up to `parallelism` processes; each then queues for its slots (FIFO).

@@ -7,7 +7,15 @@ import subprocess
 import sys
 from dataclasses import replace
 
-from meshtest.parent.planner import Group, LaunchSchedule, launch_cost, split_groups, startup_s
+from meshtest.parent.planner import (
+    Group,
+    LaunchSchedule,
+    case_offsets,
+    launch_cost,
+    simulate_schedule,
+    split_groups,
+    startup_s,
+)
 from tests.helpers import scanned
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -37,6 +45,43 @@ def test_a_long_group_is_split_into_balanced_parts_that_each_outweigh_a_start_up
     assert split_groups([g], slots=8) == [g]  # no start-up to weigh: nothing split
     phase = _group("w2-2-phase1of2-x", 10, phase=(1, 2))
     assert split_groups([phase], slots=8, durations=durations, startup_s=lambda w: 1.0) == [phase]
+
+
+def test_fill_idle_splits_a_short_group_onto_slots_that_would_idle_when_the_run_ends_sooner():
+    one = _group("w1", 4, world=1)
+    four = _group("w4", 3, world=4)
+    durations = {**{f"w1_{i}": 5.0 for i in range(4)}, **{f"w4_{i}": 20.0 for i in range(3)}}
+    start = lambda w: 20.0  # noqa: E731
+    # 20 s of w1 cases do not pay for a second 20 s start-up: kept whole without fill_idle
+    assert split_groups([one, four], slots=6, durations=durations, startup_s=start) == [one, four]
+    parts = split_groups([one, four], slots=6, durations=durations, startup_s=start, fill_idle=True)
+    # w4 runs 80 s on 4 slots; the 2 slots left would idle: w1 in two 30 s launches, not one of 40 s
+    assert [p.group_id for p in parts] == ["w1.part1of2", "w1.part2of2", "w4"]
+
+    def end(groups):
+        cost = lambda g: 20.0 + sum(durations[c.name] for c in g.cases)  # noqa: E731
+        return max(e for _, e, _ in simulate_schedule(groups, 6, cost))
+
+    assert end(parts) == 80.0 and end([one, four]) == 80.0  # the run ends no later...
+    w1_ends = sorted(e for _, e, g in simulate_schedule(parts, 6, lambda g: 20.0 + 5.0 * len(g.cases))
+                     if g.world_size == 1)
+    assert w1_ends == [30.0, 30.0]  # ...and the w1 cases are done 10 s sooner
+    # with one slot beside w4 the parts would run one after another: the cases done later, kept whole
+    assert split_groups([one, four], slots=5, durations=durations, startup_s=start, fill_idle=True) == [one, four]
+
+
+def test_the_schedule_replay_waits_for_a_phase_to_pass_and_for_free_slots():
+    first = _group("w2", 2)
+    later = _group("w2-2-phase2of2-x", 1, phase=(2, 2))
+    phased = replace(first.cases[0], phase=1, phase_meshes=later.cases[0].phase_meshes, name="w2-2-phase2of2-x_0")
+    first = replace(first, cases=(phased, first.cases[1]))
+    offsets = case_offsets(first, lambda c: 10.0, 5.0)
+    assert offsets == {"w2-2-phase2of2-x_0": 15.0, "w2_1": 25.0}
+    spans = simulate_schedule([first, later], 4, lambda g: 25.0 if g is first else 7.0, lambda g: offsets)
+    assert [(s, e, g.group_id) for s, e, g in spans] == [(0.0, 25.0, "w2"), (15.0, 22.0, "w2-2-phase2of2-x")]
+    # two slots: the later phase waits for phase 1's launch to give its slots back
+    spans = simulate_schedule([first, later], 2, lambda g: 25.0 if g is first else 7.0, lambda g: offsets)
+    assert [(s, e) for s, e, _ in spans] == [(0.0, 25.0), (25.0, 32.0)]
 
 
 def test_start_up_costs_by_device_kind_and_the_launch_estimate():

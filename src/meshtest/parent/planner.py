@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import heapq
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -139,7 +140,7 @@ def plan_groups(cases: Iterable[ScannedCase]) -> List[Group]:
 
 
 def split_groups(groups: Sequence[Group], slots: int, durations: Optional[Mapping[str, float]] = None,
-                 startup_s: Callable[[int], float] = lambda w: 0.0) -> List[Group]:
+                 startup_s: Callable[[int], float] = lambda w: 0.0, fill_idle: bool = False) -> List[Group]:
     """Split long launch groups so that their parts run at once on free slots (``--pack fill``).
 
     A group of ``w`` ranks whose cases take ``T`` seconds in all becomes ``k`` launches,
@@ -149,6 +150,15 @@ def split_groups(groups: Sequence[Group], slots: int, durations: Optional[Mappin
     the mean of the recorded ones, or 1 s per case. The parts are balanced longest case first,
     each keeping plan order, and named ``<group>.part<i>of<k>``. Phase groups and solo
     launchers are kept whole; so is every group when ``startup_s`` is 0 (nothing to weigh).
+
+    ``fill_idle`` (slots that are devices of their own: a start-up on a slot that would idle
+    takes nothing from the other launches): starting from that split, each group's ``k`` is
+    then changed one group at a time, ``1 <= k <= min(slots // w, cases)``, keeping a change
+    when the run it predicts (:func:`simulate_schedule`, with costs ``startup_s(w)`` plus case
+    time) ends sooner, or as soon with its cases done sooner in sum (issue 14: split a group
+    "when free slots would otherwise idle"), until no change improves it. Not for CPU ranks,
+    which share the machine's cores: there an extra launch's start-up slows the running ones,
+    which the prediction does not see.
     """
     known = [durations[c.name] for g in groups for c in g.cases if durations and c.name in durations]
     default = sum(known) / len(known) if known else 1.0
@@ -156,26 +166,102 @@ def split_groups(groups: Sequence[Group], slots: int, durations: Optional[Mappin
     def weight(c: ScannedCase) -> float:
         return (durations or {}).get(c.name, default)
 
-    out: List[Group] = []
-    for g in groups:
-        start = startup_s(g.world_size)
-        total = sum(weight(c) for c in g.cases)
-        k = 1
-        if g.lane == "ranks" and g.phase is None and "-solo-" not in g.group_id and start > 0:
-            k = max(1, min(slots // g.world_size, len(g.cases), int(total // start)))
-        if k == 1:
-            out.append(g)
-            continue
-        loads, parts = [0.0] * k, [[] for _ in range(k)]
-        for c in sorted(g.cases, key=lambda c: -weight(c)):
-            i = loads.index(min(loads))
-            parts[i].append(c)
-            loads[i] += weight(c)
-        position = {c.name: n for n, c in enumerate(g.cases)}
-        out.extend(replace(g, group_id=f"{g.group_id}.part{i}of{k}",
-                           cases=tuple(sorted(p, key=lambda c: position[c.name])))
-                   for i, p in enumerate(parts, start=1))
+    def splittable(g: Group) -> bool:
+        return g.lane == "ranks" and g.phase is None and "-solo-" not in g.group_id and startup_s(g.world_size) > 0
+
+    ks = [max(1, min(slots // g.world_size, len(g.cases), int(sum(weight(c) for c in g.cases)
+                                                              // startup_s(g.world_size))))
+          if splittable(g) else 1 for g in groups]
+    if fill_idle:
+        ks = _fill_idle_slots(groups, ks, [min(slots // g.world_size, len(g.cases)) if splittable(g) else 1
+                                           for g in groups], slots, weight, startup_s)
+    return [p for g, k in zip(groups, ks) for p in _parts(g, k, weight)]
+
+
+def _parts(g: Group, k: int, weight: Callable[[ScannedCase], float]) -> List[Group]:
+    """``g`` as ``k`` launches balanced by ``weight``, longest case first, each in plan order."""
+    if k == 1:
+        return [g]
+    loads, parts = [0.0] * k, [[] for _ in range(k)]
+    for c in sorted(g.cases, key=lambda c: -weight(c)):
+        i = loads.index(min(loads))
+        parts[i].append(c)
+        loads[i] += weight(c)
+    position = {c.name: n for n, c in enumerate(g.cases)}
+    return [replace(g, group_id=f"{g.group_id}.part{i}of{k}", cases=tuple(sorted(p, key=lambda c: position[c.name])))
+            for i, p in enumerate(parts, start=1)]
+
+
+def _fill_idle_slots(groups: Sequence[Group], ks: List[int], most: List[int], slots: int,
+                     weight: Callable[[ScannedCase], float], startup_s: Callable[[int], float]) -> List[int]:
+    """The parts per group :func:`split_groups` settles on with ``fill_idle``: from ``ks``, the
+    best single change of one group's count at a time (``1..most[i]``) while one improves the
+    predicted (end of the run, sum of case ends, launches)."""
+
+    def score(trial: List[int]) -> Tuple[float, float, int]:
+        plan = [p for g, k in zip(groups, trial) for p in _parts(g, k, weight)]
+        offsets = {p.group_id: case_offsets(p, weight, startup_s(p.world_size)) for p in plan}
+        try:
+            spans = simulate_schedule(plan, slots, lambda p: startup_s(p.world_size) + sum(map(weight, p.cases)),
+                                      lambda p: offsets[p.group_id])
+        except RuntimeError:  # a group that does not fit: the runner reports it; nothing to choose
+            return (float("inf"), float("inf"), len(plan))
+        ends = sum(s + at for s, _, p in spans for at in offsets[p.group_id].values())
+        return (round(max(e for _, e, _ in spans), 6), round(ends, 6), len(plan))
+
+    best, best_score = list(ks), score(ks)
+    for _ in range(sum(most)):  # each round improves the score strictly: bounded by the states
+        trials = [best[:i] + [k] + best[i + 1:] for i in range(len(groups)) for k in range(1, most[i] + 1)
+                  if k != best[i]]
+        scored = min(((score(t), t) for t in trials), default=None)
+        if scored is None or scored[0] >= best_score:
+            break
+        best_score, best = scored
+    return best
+
+
+def case_offsets(g: Group, weight: Callable[[ScannedCase], float], startup: float) -> Dict[str, float]:
+    """Seconds from a launch's start until each of its cases is done: ``startup``, then its cases
+    in plan order, each ``weight(case)`` seconds."""
+    t, out = startup, {}
+    for c in g.cases:
+        t += weight(c)
+        out[c.name] = t
     return out
+
+
+def simulate_schedule(groups: Sequence[Group], slots: int, cost: Callable[[Group], float],
+                      done_at: Callable[[Group], Mapping[str, float]] = lambda g: {}) -> List[
+        Tuple[float, float, Group]]:
+    """The runner's schedule of ``groups`` on ``slots`` slots (:class:`LaunchSchedule`) replayed
+    from time 0 with estimated costs: ``[(start s, end s, group)]`` in start order. A launch
+    takes ``cost(group)`` seconds; every phase is taken to pass, a phase unit of a launch at
+    ``done_at(group)[case]`` seconds after the launch starts (default: when it ends).
+
+    :raises RuntimeError: a group needs more processes than ``slots``.
+    """
+    sched = LaunchSchedule(list(groups), list(range(slots)), cost)
+    events: List[Tuple[float, int, Optional[Group], str, int]] = []  # (time, seq, ended group | None, case, phase)
+    spans: List[Tuple[float, float, Group]] = []
+    t, seq = 0.0, 0
+    while sched.pending or sched.running:
+        while (g := sched.startable()) is not None:
+            sched.take(g)
+            spans.append((t, t + cost(g), g))
+            for c in g.phase_units():
+                if c.phase < len(c.phase_meshes):
+                    heapq.heappush(events, (t + done_at(g).get(c.name, cost(g)), seq, None, c.name, c.phase))
+                    seq += 1
+            heapq.heappush(events, (t + cost(g), seq, g, "", 0))
+            seq += 1
+        if not events:
+            raise RuntimeError(f"launch group {sched.pending[0].group_id} does not fit {slots} slot(s)")
+        t, _, g, case, phase = heapq.heappop(events)
+        if g is None:
+            sched.phase_passed(case, phase)
+        else:
+            sched.give_back(g.group_id)
+    return spans
 
 
 #: Seconds a launch's start-up costs, by device kind, then world size (``None``: any other):

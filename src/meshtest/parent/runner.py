@@ -396,7 +396,9 @@ def plan_run(selected: Sequence[ScannedCase], opts: RunOptions,
     need = device_need(groups, opts.device_need)
     if opts.pack == "fill":
         launcher = backend_info(opts.platform).launcher
-        groups = split_groups(groups, opts.slots, durations, lambda w: startup_s(opts.device_kind, w, launcher))
+        # a device slot of its own per rank (NPU, GPU): a start-up on a slot that would idle is free
+        groups = split_groups(groups, opts.slots, durations, lambda w: startup_s(opts.device_kind, w, launcher),
+                              fill_idle=opts.device_kind != "cpu")
         need = max(need, min(opts.slots, sum(g.processes for g in groups)))
     return groups, need
 
