@@ -23,8 +23,10 @@ Rules compared (:data:`RULES`):
   its launches one after another;
 - ``concurrent``: same need, launches started as soon as they fit the batch's slots;
 - ``fill``: a batch asks for enough slots to run every launch at once (at most P), and a launch
-  group whose case time is long next to a launch's start-up is split into several launches
-  (:func:`meshtest.parent.planner.split_groups`), the rule ``python -m meshtest run --pack fill`` applies.
+  group whose case time is long next to a launch's start-up is split into several launches, and
+  on a device model (not ``cpu8``) also onto slots that would idle when that ends the predicted
+  run no later (:func:`meshtest.parent.planner.split_groups`), the rule ``python -m meshtest run
+  --pack fill`` applies.
 
 Figures (:class:`Result`): simulated wall, launches, serial launches (the most launches one
 process ran one after another), and slot-time utilization (rank-seconds of launches over
