@@ -333,16 +333,27 @@ def test_the_fork_launchers_report_names_every_rank_that_exited_first_seen_first
     assert rank_exit_codes(str(log)) == {1: 7, 0: 3} and root_cause_rank(str(log)) == 1
 
 
-def test_forked_ranks_on_request_run_a_launch_and_leave_nothing(tmp_path):
-    """``MESHTEST_RANK_START=fork``: the 2-rank launch goes through the forking launcher (its
-    command heads ``launcher.log``), both cases pass, no rank is left."""
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_both_ways_to_start_cpu_ranks_run_a_launch_and_leave_nothing(tmp_path, start):
+    """The 2-rank launch goes through the forking launcher by default — which forks while it is
+    single-threaded, before its store exists — and through ``torchrun`` itself with
+    ``MESHTEST_RANK_START=spawn`` (each command heads ``launcher.log``); both cases pass, no rank
+    is left."""
     out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": SRC_ROOT}
+    env.pop("MESHTEST_RANK_START", None)
+    if start == "spawn":
+        env["MESHTEST_RANK_START"] = "spawn"
     proc = subprocess.run([sys.executable, "-m", "meshtest", "run", os.path.join(FAULTS_DIR, "case_faults.py"),
                            "--tag", "cpu_faults", "--case", "fault_before", "--case", "fault_after_exit",
                            "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots")],
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": SRC_ROOT, "MESHTEST_RANK_START": "fork"})
+                          capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0 and "meshtest: 2 passed, 0 failed" in proc.stdout, proc.stdout + proc.stderr
-    first = (out / "ranks" / "w2" / "launcher.log").read_text().splitlines()[0]
-    assert "-m meshtest.rank.torch_launcher --nproc=2 --" in first, first
+    log = (out / "ranks" / "w2" / "launcher.log").read_text()
+    first = log.splitlines()[0]
+    if start == "fork":
+        assert "-m meshtest.rank.torch_launcher --nproc=2 --" in first, first
+        assert "forking 2 rank(s) from a process of 1 thread(s)" in log, log
+    else:
+        assert "-m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 -m meshtest.rank.entry" in first
     assert_nothing_leaked(str(tmp_path / "slots"), out)

@@ -122,15 +122,17 @@ def test_a_rank_that_gave_up_under_msrun_is_worded_as_giving_up_not_as_dying(tmp
                                             "fence failed")
 
 
-def test_cpu_torch_launches_fork_their_ranks_only_when_asked_and_everything_else_spawns(monkeypatch):
+def test_cpu_torch_launches_fork_their_ranks_unless_told_not_to_and_everything_else_spawns(monkeypatch):
     from meshtest.parent.launch import RANK_START_ENV, launch_command, rank_start
 
     monkeypatch.delenv(RANK_START_ENV, raising=False)
-    assert rank_start("torch", "cpu") == "spawn"  # forking is opt-in
-    monkeypatch.setenv(RANK_START_ENV, "fork")
-    assert rank_start("torch", "cpu") == "fork"
+    assert rank_start("torch", "cpu") == "fork"  # the CPU default
     assert rank_start("torch", "npu") == "spawn" and rank_start("torch", "cuda") == "spawn"
     assert rank_start("numpy", "cpu") == "spawn"  # another platform gains nothing from torch imported first
+    monkeypatch.setenv(RANK_START_ENV, "spawn")
+    assert rank_start("torch", "cpu") == "spawn"
+    monkeypatch.setenv(RANK_START_ENV, "fork")
+    assert rank_start("torch", "cpu") == "fork" and rank_start("torch", "npu") == "spawn"
     monkeypatch.setenv(RANK_START_ENV, "forked")
     with pytest.raises(ValueError, match=r"\$MESHTEST_RANK_START must be 'fork' or 'spawn', not 'forked'"):
         rank_start("torch", "cpu")

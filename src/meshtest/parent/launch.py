@@ -58,21 +58,20 @@ MSRUN_CLUSTER_TIMEOUT_S = 120
 
 
 def rank_start(platform: str, device_kind: str) -> str:
-    """How a torchrun launch of several ranks starts them: ``"spawn"`` (``torchrun`` itself: each
-    rank a new interpreter), the default; ``"fork"`` (from torchrun's agent after it imported
-    torch once: :mod:`meshtest.rank.torch_launcher`) when ``$MESHTEST_RANK_START=fork``, for
-    the ``torch`` platform on the CPU device kind only — an accelerator's runtime has not been
-    checked with forked ranks, and another platform gains nothing from torch imported first.
-    Forking is opt-in: it cut a 4-rank launch from 14 s to 8 s here, but one of three cold
-    main-job runs with it had an 8-rank launch in which no case began before the launch
-    deadline, cause not found (the agent forks after its rendezvous threads exist).
+    """How a torchrun launch of several ranks starts them: ``"fork"`` (forked by
+    :mod:`meshtest.rank.torch_launcher` after it imported torch once, before any thread or store
+    exists) for the ``torch`` platform on the CPU device kind, the default there; ``"spawn"``
+    (``torchrun`` itself: each rank a new interpreter) everywhere else — an accelerator's runtime
+    has not been checked with forked ranks, and another platform gains nothing from torch
+    imported first — and wherever ``$MESHTEST_RANK_START=spawn``. Forking cut a 4-rank
+    launch's start-up from 9.7 s to 4.6 s here (``docs/scale.md``).
 
     :raises ValueError: ``$MESHTEST_RANK_START`` is neither ``fork`` nor ``spawn``.
     """
     chosen = os.environ.get(RANK_START_ENV, "")
     if chosen and chosen not in ("fork", "spawn"):
         raise ValueError(f"${RANK_START_ENV} must be 'fork' or 'spawn', not {chosen!r}")
-    return "fork" if chosen == "fork" and platform == "torch" and device_kind == "cpu" else "spawn"
+    return "fork" if chosen != "spawn" and platform == "torch" and device_kind == "cpu" else "spawn"
 
 
 #: Environment variable choosing how torch launches start their ranks (:func:`rank_start`).

@@ -1,30 +1,32 @@
-"""torchrun's elastic agent with rank processes forked from a process that imported torch once.
+"""Rank processes forked from a process that imported torch once, supervised as torchrun does.
 
 ``python -m meshtest.rank.torch_launcher --nproc N [--master-port P] -- <rank entry args>``
-runs the agent behind ``torchrun`` (``torch.distributed.launcher.api.elastic_launch``, the
-function ``torch.distributed.run`` calls) with the configuration ``torchrun --standalone
---nnodes=1 --nproc-per-node=N`` builds (c10d rendezvous on ``localhost:0``; with ``--master-port``
-the static rendezvous of ``--master-addr=127.0.0.1 --master-port=P``), no restarts, a 0.1 s
-monitor interval — but with a function entrypoint and ``start_method="fork"`` (torchrun's
-``--start-method`` for function entrypoints): this process imports torch, DTensor and the torch
-backend once, and each rank is a fork of it that skips those imports (about 3.5 s of CPU per
-rank on the project's 2-core machines, measured: a 4-rank launch of 2 cases took 14 s with
-``torchrun`` and about 7 s this way).
+is how a torch launch of several ranks starts on the CPU device kind
+(:func:`meshtest.parent.launch.rank_start`; ``MESHTEST_RANK_START=spawn`` gives ``torchrun``
+itself). This process imports torch, DTensor and the torch backend once, then forks the ranks
+with torch's own worker machinery — ``torch.distributed.elastic.multiprocessing.start_processes``
+with ``start_method="fork"``, the call torchrun's agent makes for a function entrypoint — so no
+rank pays the ~3.5 s of CPU those imports cost (2 / 4 / 8 ranks started in 4.2 / 4.6 / 4.2 s
+here against 5.6 / 9.7 / 17.5 s with ``torchrun``). It forks while it is single-threaded: only
+then does it start the launch's store (a ``TCPStore`` on ``127.0.0.1``, an OS-assigned port or
+``--master-port``), which every rank joins as a client, as under torchrun's agent
+(``TORCHELASTIC_USE_AGENT_STORE``); a rank reads the port from a pipe before it starts. (An
+earlier version ran torchrun's agent with ``start_method="fork"``: the agent forks after its
+rendezvous has started threads — 4 in all, measured — and one 8-rank launch in three cold
+main-job runs never began a case, the classic hazard of a lock held by another thread at fork
+time.)
 
-What the runner relies on stays torchrun's: the agent sets each rank's ``RANK``,
-``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` and ``TORCHELASTIC_*``; a rank
-that fails ends the launch with the agent's ``ChildFailedError`` report on this process's
+What the runner relies on stays torchrun's: each rank gets the agent's environment
+(:func:`rank_env`: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``,
+``TORCHELASTIC_*``; ``OMP_NUM_THREADS`` 1 unless set, as torchrun sets it for more than one rank
+per node); this process polls the ranks every 0.1 s and, when one fails, stops the others
+(``SIGTERM``, ``SIGKILL`` after 30 s) and ends with torchrun's ``ChildFailedError`` report on its
 stderr (``launcher.log``: ``rank : k`` / ``exitcode : c``, the root cause first), which
-:func:`meshtest.parent.launch.rank_exit_codes` reads; ``OMP_NUM_THREADS`` is 1 unless set, as
-torchrun sets it for more than one rank per node. A rank's exit code is its
-:func:`meshtest.rank.entry.run` result (``SystemExit``), so a rank that gave up exits
-:data:`meshtest.contract.GAVE_UP_EXIT` as under torchrun. This process starts no thread pool,
-device or process group before the ranks exist, but the agent forks after its rendezvous has
-started threads (the store, the keep-alive), and a lock one of them holds at that moment stays
-held in the rank: the suspected cause of the one failure seen (an 8-rank launch in which no
-case began, 1 of 3 cold main-job runs). So it is opt-in: ``MESHTEST_RANK_START=fork``, torch on
-the CPU device kind only (:func:`meshtest.parent.launch.rank_start`); by default ranks start
-with ``torchrun`` itself.
+:func:`meshtest.parent.launch.rank_exit_codes` reads, preceded by every rank's exit
+(:class:`RankExits`); ``SIGTERM``/``SIGINT`` to this process go to the ranks first. A rank's exit
+code is its :func:`meshtest.rank.entry.run` result, so a rank that gave up exits
+:data:`meshtest.contract.GAVE_UP_EXIT` as under torchrun. A taken ``--master-port`` fails the
+launch with ``EADDRINUSE`` in ``launcher.log`` (the runner retries on another port).
 """
 from __future__ import annotations
 
@@ -32,8 +34,9 @@ import argparse
 import os
 import signal
 import sys
+import time
 import uuid
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from . import entry
 
@@ -41,11 +44,11 @@ from . import entry
 class RankExits:
     """Every rank's exit status, in the order this process saw them.
 
-    The agent's fork context reports one failed rank only (the first its join finds, which may be
+    torch's fork context reports one failed rank only (the first its join finds, which may be
     a peer that gave up after the rank that died), where torchrun's report lists every failure
     and names the first. So each rank writes ``<pid> <local rank>`` into a pipe as it starts,
     and a ``SIGCHLD`` handler peeks at each exited rank with ``waitid(..., WNOWAIT)`` — leaving
-    the reaping to the agent — to record its status. :meth:`report` prints them in torchrun's
+    the reaping to the fork context — to record its status. :meth:`report` prints them in torchrun's
     format (``rank : k`` / ``exitcode : c``, the first seen as the root cause) for
     :func:`meshtest.parent.launch.rank_exit_codes` and ``root_cause_rank``.
     """
@@ -60,7 +63,7 @@ class RankExits:
         self.seen: List[Tuple[int, int, int]] = []
 
     def announce(self, local_rank: int) -> None:
-        """In a rank, first thing: tell the agent which pid is which rank."""
+        """In a rank, first thing: tell the launcher which pid is which rank."""
         os.write(self.write_fd, f"{os.getpid()} {local_rank}\n".encode())
 
     def _read_announcements(self) -> None:
@@ -85,7 +88,7 @@ class RankExits:
                 continue
             try:
                 info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:  # already reaped by the agent
+            except ChildProcessError:  # already reaped by the fork context
                 continue
             if info is not None:
                 code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
@@ -106,31 +109,40 @@ class RankExits:
 #: the launch's exit log, made by :func:`main` (a forked rank inherits it); no pipe at import
 EXITS: Optional[RankExits] = None
 
+#: bytes of one store-port record on the port pipe (``%07d\n``): a pipe read of this many bytes
+#: takes exactly one record, so each rank reads its own
+_PORT_RECORD = 8
 
-def rank_main(*entry_args: str) -> None:
-    """One rank (a fork of the agent): :func:`meshtest.rank.entry.run`; a non-zero result becomes
-    the process's exit code (``SystemExit``), which the agent reports as torchrun would."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the agent's handler is not the rank's
+
+def rank_main(port_fd: int, port_write_fd: int, *entry_args: str) -> None:
+    """One rank (a fork of the launcher): wait for the store's port on ``port_fd`` (its write
+    end ``port_write_fd``, inherited, is closed first, so a launcher that died reads as EOF), then
+    :func:`meshtest.rank.entry.run`; a non-zero result becomes the process's exit code
+    (``SystemExit``), which :func:`main` reports as torchrun would."""
+    entry.die_with_parent()  # before waiting on the launcher: never outlive it
+    os.close(port_write_fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the launcher's handler is not the rank's
     if EXITS is not None:
         EXITS.announce(int(os.environ.get("LOCAL_RANK", "0")))
+    record = os.read(port_fd, _PORT_RECORD)
+    if len(record) != _PORT_RECORD:  # the launcher closed the pipe without a port: it failed
+        raise SystemExit(1)
+    os.environ["MASTER_PORT"] = str(int(record))
     code, _ = entry.run(list(entry_args))  # a forked process always ends with os._exit
     if code:
         raise SystemExit(code)
 
 
-def config(nproc: int, master_port: Optional[int]) -> Any:
-    """torchrun's configuration (a ``torch.distributed.launcher.api.LaunchConfig``) for
-    ``--standalone --nnodes=1 --nproc-per-node=nproc`` (or the static rendezvous on
-    ``127.0.0.1:master_port``), with forked ranks."""
-    from torch.distributed.launcher.api import LaunchConfig
-
-    if master_port is None:
-        backend, endpoint, run_id, rdzv = "c10d", "localhost:0", str(uuid.uuid4()), {}
-    else:
-        backend, endpoint, run_id, rdzv = "static", f"127.0.0.1:{master_port}", "none", {"rank": 0}
-    return LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=run_id, role="default",
-                        rdzv_endpoint=endpoint, rdzv_backend=backend, rdzv_configs=rdzv, max_restarts=0,
-                        monitor_interval=0.1, start_method="fork")
+def rank_env(local_rank: int, nproc: int, run_id: str) -> Dict[str, str]:
+    """The environment torchrun's agent gives local rank ``local_rank`` of a one-node launch of
+    ``nproc`` ranks whose store the agent hosts (``TORCHELASTIC_USE_AGENT_STORE``: every rank a
+    client of it; ``MASTER_PORT`` is set by :func:`rank_main` once the store is up)."""
+    return {"LOCAL_RANK": str(local_rank), "RANK": str(local_rank), "GROUP_RANK": "0",
+            "ROLE_RANK": str(local_rank), "ROLE_NAME": "default", "LOCAL_WORLD_SIZE": str(nproc),
+            "WORLD_SIZE": str(nproc), "GROUP_WORLD_SIZE": "1", "ROLE_WORLD_SIZE": str(nproc),
+            "MASTER_ADDR": "127.0.0.1", "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": run_id,
+            "OMP_NUM_THREADS": os.environ["OMP_NUM_THREADS"]}
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -138,6 +150,9 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     :raises torch.distributed.elastic.multiprocessing.errors.ChildFailedError: a rank failed
         (its report is printed by the interpreter on the way out, exit 1, as torchrun does).
+    :raises torch.distributed.elastic.multiprocessing.api.SignalException: this process got
+        ``SIGTERM``/``SIGINT``; the ranks got the same signal first.
+    :raises RuntimeError: the store could not bind ``--master-port`` (``EADDRINUSE``).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     rest: List[str] = []
@@ -146,26 +161,56 @@ def main(argv: Optional[List[str]] = None) -> None:
         argv, rest = argv[:cut], argv[cut + 1:]
     ap = argparse.ArgumentParser(prog="meshtest.rank.torch_launcher")
     ap.add_argument("--nproc", type=int, required=True, help="ranks on this node")
-    ap.add_argument("--master-port", type=int, default=None, help="static rendezvous on 127.0.0.1:PORT")
+    ap.add_argument("--master-port", type=int, default=None, help="the store on 127.0.0.1:PORT (default: a free one)")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch reads it: what torchrun sets for nproc > 1
     # imported once here, inherited by every rank: torch, DTensor, the backend the ranks load
     import torch.distributed.tensor  # noqa: F401
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, start_processes
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import elastic_launch
 
     from ..platforms import torch_gloo  # noqa: F401
 
     global EXITS
     EXITS = RankExits()
     signal.signal(signal.SIGCHLD, EXITS.on_child_exit)
+    port_r, port_w = os.pipe()
+    run_id = str(uuid.uuid4())
+    # the ranks are forked before any store thread exists: a lock a thread holds at fork time would
+    # stay held in every rank (the hang seen when torchrun's agent forked after its rendezvous)
+    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 0
+    print(f"meshtest.rank.torch_launcher: forking {args.nproc} rank(s) from a process of {threads} thread(s)",
+          file=sys.stderr, flush=True)
+    pc = start_processes(name="meshtest.rank.entry", entrypoint=rank_main,
+                         args={i: (port_r, port_w, *rest) for i in range(args.nproc)},
+                         envs={i: rank_env(i, args.nproc, run_id) for i in range(args.nproc)},
+                         logs_specs=DefaultLogsSpecs(), start_method="fork")
+    os.close(port_r)
+    result = None
     try:
-        elastic_launch(config(args.nproc, args.master_port), rank_main)(*rest)
-    except ChildFailedError:
+        try:
+            store = TCPStore("127.0.0.1", args.master_port or 0, is_master=True, wait_for_workers=False)
+        except Exception as e:  # a taken --master-port: say so, as torchrun's rendezvous would
+            os.close(port_w)
+            raise RuntimeError(f"the launch's store could not bind 127.0.0.1:{args.master_port}: {e}") from e
+        os.write(port_w, (f"{store.port:07d}\n" * args.nproc).encode())
+        os.close(port_w)
+        while (result := pc.wait(timeout=0)) is None:  # torchrun's monitor loop, every 0.1 s
+            time.sleep(0.1)
+    except SignalException as e:  # SIGTERM/SIGINT to this process: pass it to the ranks first
+        pc.close(e.sigval)
+        raise
+    finally:
+        if result is None or result.is_failed():
+            pc.close()  # the others: SIGTERM, then SIGKILL after 30 s, as torchrun's agent does
+    if result.is_failed():
         report = EXITS.report()
         if report:
             print(report, file=sys.stderr, flush=True)
-        raise
+        raise ChildFailedError(name="meshtest.rank.entry", failures=result.failures)
+    pc.close()
 
 
 if __name__ == "__main__":
