@@ -266,12 +266,14 @@ def simulate_schedule(groups: Sequence[Group], slots: int, cost: Callable[[Group
 
 #: Seconds a launch's start-up costs, by device kind, then world size (``None``: any other):
 #: what :func:`split_groups` and :class:`LaunchSchedule` weigh case time against. ``cpu``:
-#: torchrun + gloo init + 1-D DeviceMesh + destroy, measured on the project's 2-core machines
-#: (WORKSPACE-notes.md, "Batching"; ranks forked by ``MESHTEST_RANK_START=fork`` start in
-#: about 4.2-4.6 s whatever their number); ``npu``: seed 000 §9.2, the one-launch-per-case
-#: framework took 158 s for 6 cases on Torch NPU (hccl), so a launch's start-up is about 26.3 s.
+#: launch to first case on the project's 2-core machines (WORKSPACE-notes.md, "Batching"): one
+#: rank, started by the runner, imports torch itself (4.4 s); more, forked by
+#: :mod:`meshtest.rank.torch_launcher` after one import, 4.2 / 4.6 / 4.2 s for 2 / 4 / 8
+#: (``MESHTEST_RANK_START=spawn``, torchrun itself: 5.6 / 9.7 / 17.5 s); ``npu``: seed 000
+#: §9.2, the one-launch-per-case framework took 158 s for 6 cases on Torch NPU (hccl), so a
+#: launch's start-up is about 26.3 s.
 LAUNCH_STARTUP_S: Dict[str, Dict[Optional[int], float]] = {
-    "cpu": {1: 4.4, 2: 4.4, 4: 6.5, None: 11.0},
+    "cpu": {1: 4.4, 2: 4.2, 4: 4.6, None: 4.2},
     "npu": {None: 158.0 / 6},
     "cuda": {None: 158.0 / 6},
 }
