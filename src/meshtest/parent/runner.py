@@ -580,17 +580,12 @@ def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, res
                 break
             group, got = flight.next_ended()
             if isinstance(got, PhasePassed):  # its next phase may start while this launch goes on
-                with flight.lock:
-                    outcomes.phase_chain(group, [got.outcome], result.held)
-                sched.phase_passed(got.case.name, got.case.phase)
+                _chain_phases(group, [got.outcome], result, sched)
                 continue
             group_outcomes, notes, launches = got
             if group.phase_units():
-                group_outcomes = outcomes.phase_chain(
-                    group, [o for o in group_outcomes if (group.group_id, o.case) not in flight.early], result.held)
-                for c in group.phase_units():
-                    if c.name in result.held and (group.group_id, c.name) not in flight.early:
-                        sched.phase_passed(c.name, c.phase)
+                group_outcomes = _chain_phases(
+                    group, [o for o in group_outcomes if (group.group_id, o.case) not in flight.early], result, sched)
             with flight.lock:
                 result.launches += launches
                 result.outcomes.extend(group_outcomes)
@@ -602,6 +597,20 @@ def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, res
         # plan order, whatever order the groups ended in
         rest = result.outcomes[scan_errors:]
         result.outcomes[scan_errors:] = sorted(rest, key=lambda o: ranked.get(id(o), len(order)))
+
+
+def _chain_phases(group: Group, found: Sequence[CaseOutcome], result: RunResult,
+                  sched: LaunchSchedule) -> List[CaseOutcome]:
+    """``found`` (outcomes of ``group``'s launch) chained with their cases' earlier phases
+    (:func:`meshtest.parent.outcomes.phase_chain`, which keeps a passed phase that is not the last
+    in ``result.held``); the next phase of each such case may start (``sched.phase_passed``).
+    The main thread's only: the launch threads never touch ``result.held``."""
+    out = outcomes.phase_chain(group, found, result.held)
+    reported = {o.case for o in found}
+    for c in group.phase_units():
+        if c.name in reported and c.name in result.held:
+            sched.phase_passed(c.name, c.phase)
+    return out
 
 
 def _next_ended(ended: "queue.Queue") -> Tuple[Group, object]:
