@@ -76,7 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--slot-dir", default="",
                    help="the pool's lock directory (default $MESHTEST_SLOT_DIR or ~/.cache/meshtest/slots)")
     r.add_argument("--device-need", type=int, default=None, metavar="N",
-                   help="slots to hold for the whole run (a build target's resource tag); default: the largest launch")
+                   help="slots to hold for the whole run (a build target's resource tag); default: enough for every "
+                        "launch at once, up to --slots")
     r.add_argument("--fail-fast", action=argparse.BooleanOptionalAction, default=None,
                    help="stop at the first failing case (default: on when --tag selects a level0 gate)")
     r.add_argument("--collective-checks", choices=("auto", "on", "off"), default="auto",

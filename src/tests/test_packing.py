@@ -133,3 +133,19 @@ def test_an_msrun_launch_costs_its_own_start_up():
     assert startup_s("cpu", 2, "msrun") == 16.0 and startup_s("cpu", 4, "msrun") == 20.0
     assert startup_s("cpu", 2, "msrun") > startup_s("cpu", 2)  # msrun's scheduler + cluster, not torchrun's
     assert startup_s("npu", 8, "msrun") == startup_s("npu", 8)  # on Ascend: seed 000 §9.2's figure for both
+
+
+def test_a_run_without_a_declared_need_holds_enough_slots_for_its_launches_at_once():
+    import pytest
+
+    from meshtest.parent.runner import device_need
+    from meshtest.parent.slots import SlotRequestError
+
+    groups = [_group("w2", 2), _group("w4", 2, world=4)]
+    assert device_need(groups, None, slots=8) == 6  # the CLI: both launches at once
+    assert device_need(groups, None, slots=5) == 5  # at most the pool...
+    assert device_need(groups, None, slots=2) == 4  # ...at least the largest launch (the pool refuses it)
+    assert device_need(groups, None) == 4
+    assert device_need(groups, 4, slots=8) == 4  # a build target's resource tag decides under Pants
+    with pytest.raises(SlotRequestError, match="needs 4 ranks but the target declared a device need of 2"):
+        device_need(groups, 2, slots=8)

@@ -91,9 +91,10 @@ class RunOptions:
     lane: str = ""
     #: processes the local lane runs at once (``0``: one per CPU core, at most the pool's slots)
     local_processes: int = 0
-    #: ``"launches"``: hold the largest launch's slots (or ``device_need``) and run the launches
-    #: as they fit; ``"fill"``: hold up to every slot of the pool, split long groups
-    #: (:func:`meshtest.parent.planner.split_groups`) and run the launches at once
+    #: ``"launches"``: hold ``device_need`` slots (without one: enough for every launch at once,
+    #: up to the pool; :func:`device_need`) and run the launches as they fit; ``"fill"``: hold up
+    #: to every slot of the pool, split long groups (:func:`meshtest.parent.planner.split_groups`)
+    #: and run the launches at once
     pack: str = "launches"
     #: ``results.jsonl`` files or directories of earlier runs whose case durations weigh splits
     #: and launch order (:func:`meshtest.report.results.recorded_durations`)
@@ -300,16 +301,17 @@ def _poller(on_progress, finished_before: int, on_watch=None, launch_dir: str = 
     return poll
 
 
-def device_need(groups: Sequence[Group], declared: Optional[int]) -> int:
-    """Slots this run holds: ``declared`` (the build target's resource tag) or the largest
-    group's world size.
+def device_need(groups: Sequence[Group], declared: Optional[int], slots: Optional[int] = None) -> int:
+    """Slots this run holds: ``declared`` (the build target's resource tag); without one (the
+    CLI), enough to run its launches at once — the sum of their processes, at most ``slots`` (the
+    pool's size) and at least the largest launch — or, with ``slots`` unknown, the largest.
 
     :raises SlotRequestError: a group needs more ranks than ``declared`` — the target's tag and the
         planned launches disagree, which must never pass silently.
     """
     largest = max((g.world_size for g in groups), default=0)
     if declared is None:
-        return largest
+        return largest if slots is None else max(largest, min(slots, sum(g.processes for g in groups)))
     if largest > declared:
         raise SlotRequestError(
             f"launch group {max(groups, key=lambda g: g.world_size).group_id} needs {largest} ranks but the "
@@ -381,7 +383,7 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
 def plan_run(selected: Sequence[ScannedCase], opts: RunOptions,
              durations: Mapping[str, float]) -> Tuple[List[Group], int]:
     """The launch groups of a run and the device slots it holds: the one-process lane's launch
-    and its workers, or one group per world size held at the largest need (``device_need``), or
+    and its workers, or one group per world size held at :func:`device_need`, or
     with ``--pack fill`` split groups held at up to every slot.
 
     :raises SelectionError: the local lane on a platform without one, or a case it cannot run.
@@ -393,7 +395,7 @@ def plan_run(selected: Sequence[ScannedCase], opts: RunOptions,
         groups = plan_local_groups(selected, local_processes(opts))
         return groups, max((g.processes for g in groups), default=1)
     groups = plan_groups(selected)
-    need = device_need(groups, opts.device_need)
+    need = device_need(groups, opts.device_need, opts.slots)
     if opts.pack == "fill":
         launcher = backend_info(opts.platform).launcher
         # a device slot of its own per rank (NPU, GPU): a start-up on a slot that would idle is free
