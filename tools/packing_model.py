@@ -51,6 +51,7 @@ from meshtest.parent.planner import (  # noqa: E402
     Group,
     case_offsets,
     launch_cost,
+    merge_small_groups,
     phase_groups,
     plan_groups,
     select_cases,
@@ -186,7 +187,8 @@ def simulate(tag: str, rule: str, model: CostModel, durations: Mapping[str, floa
         return case_offsets(g, lambda c: durations.get(c.name, mean), model.startup_s(g.world_size))
     plans = []
     for b in plan_batches(tag, rule):
-        groups = groups_before(b.cases) if rule == "before" else plan_groups(b.cases)
+        groups = (groups_before(b.cases) if rule == "before"
+                  else merge_small_groups(plan_groups(b.cases), model.startup_s, durations))
         need = min(b.need, model.slots)
         if rule == "fill":
             groups = split_groups(groups, model.slots, durations, model.startup_s,

@@ -168,3 +168,50 @@ def test_fail_fast_is_not_triggered_by_another_files_scan_error_and_reused_dirs_
         assert "case_broken.py: case 'b': rule static-scan" in proc.stdout
     kept = [p.name for p in (tmp_path / "o" / "ranks").iterdir()]
     assert "w2" in kept and any(name.startswith("w2.previous-") for name in kept)
+
+
+MERGED = """
+import torch
+
+def add(x, y):
+    return x + y
+
+def small_mesh(x, mesh):
+    # the distributed call gets its own 2-rank mesh (one replica of two in the 4-rank launch)
+    if mesh is not None:
+        assert mesh.size() == 2 and mesh.mesh_dim_names == ("d0",), (mesh.size(), mesh.mesh_dim_names)
+    return x + 1
+
+def wrong_on_rank3(x):
+    # rank 3 is the second replica's rank 1: only that replica's gathered output is wrong
+    if hasattr(x, "placements") and torch.distributed.get_rank() == 3:
+        return x * 1.01
+    return x
+
+register(OpShardCase(name="m_host", fn=add, inputs=[InputSpec((4, 4)), InputSpec((4, 4))],
+                     placements=[(Shard(0),), (Replicate(),)], mesh_shape=(4,), tags=("cpu_level0",)))
+register(OpShardCase(name="m_small", fn=small_mesh, inputs=[InputSpec((6, 4))], placements=[(Shard(0),)],
+                     mesh_shape=(2,), needs_mesh=True, tags=("cpu_level0",)))
+register(OpShardCase(name="m_small_wrong", fn=wrong_on_rank3, inputs=[InputSpec((6, 4))],
+                     placements=[(Shard(0),)], mesh_shape=(2,), tags=("cpu_level0",)))
+"""
+
+
+def test_a_small_groups_op_cases_run_in_the_larger_launch_on_replicas_of_their_mesh(tmp_path):
+    """Two 2-rank op cases (well under a launch's start-up) join the 4-rank launch: every rank
+    runs them on its replica's own 2-rank mesh, and a replica that goes wrong is named by its ranks."""
+    path = case_file(tmp_path, "case_merged.py", MERGED)
+    out, slots = tmp_path / "out", tmp_path / "slots"
+    proc = subprocess.run([sys.executable, "-m", "meshtest", path, "--artifacts-dir", str(out),
+                           "--slot-dir", str(slots)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC_ROOT}, timeout=300)
+    text = proc.stdout
+    assert proc.returncode == 1, text + proc.stderr
+    assert "PASS    m_host" in text and "PASS    m_small" in text and "FAIL    m_small_wrong" in text
+    assert "rank(s) 2,3: fail at step compare: output[0]:" in text  # the second replica only
+    assert "rank(s) 0," not in text
+    launches = [json.loads(line) for line in (slots / "audit.jsonl").read_text().splitlines()]
+    assert [r["group"] for r in launches if r["event"] == "launch"] == ["w4"]
+    results = {r["case"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert {r["group"] for r in results.values()} == {"w4"} and results["m_small"]["world_size"] == 4
+    assert "meshtest: 1 launch(es)" in text

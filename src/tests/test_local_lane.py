@@ -245,8 +245,16 @@ def test_concurrent_launches_share_the_lease_and_die_together_with_the_runner(tm
 
     path = case_file(tmp_path, "case_slow.py", SLOW)
     out, slots = tmp_path / "out", tmp_path / "slots"
+    # slow2 as an earlier run recorded it: 60 s, far over a launch's start-up, so its 2-rank
+    # launch runs beside the 4-rank one (not merged into it: planner.merge_small_groups)
+    earlier = tmp_path / "earlier.jsonl"
+    earlier.write_text(json.dumps({"case": "slow2", "file": path, "group": "w2", "world_size": 2, "status": "pass",
+                                   "slowest_s": 60.0, "slowest_rank": 0, "failures": [], "known_failure": "",
+                                   "launch_dir": "w2", "spec_id": "", "divergence": "", "detail": "",
+                                   "diagnosis": ""}) + "\n")
     proc = subprocess.Popen([sys.executable, "-m", "meshtest", "run", path, "--artifacts-dir", str(out),
-                             "--slot-dir", str(slots), "--pack=fill", "--case-timeout=300"],
+                             "--slot-dir", str(slots), "--pack=fill", "--case-timeout=300",
+                             "--durations", str(earlier)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": SRC_ROOT})
     deadline = time.time() + 120

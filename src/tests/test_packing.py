@@ -149,3 +149,24 @@ def test_a_run_without_a_declared_need_holds_enough_slots_for_its_launches_at_on
     assert device_need(groups, 4, slots=8) == 4  # a build target's resource tag decides under Pants
     with pytest.raises(SlotRequestError, match="needs 4 ranks but the target declared a device need of 2"):
         device_need(groups, 2, slots=8)
+
+
+def test_a_small_groups_op_cases_join_the_smallest_larger_launch_when_cheaper_than_its_start_up():
+    from meshtest.parent.planner import merge_small_groups
+
+    small, four, eight = _group("w2", 2), _group("w4", 3, world=4), _group("w8", 1, world=8)
+    quick = {"w2_0": 0.3, "w2_1": 0.3}
+    merged = merge_small_groups([small, four, eight], lambda w: 4.2, quick)
+    # 0.6 s of cases on 2 replicas (1.2 s) < a 4.2 s start-up: into w4 (the smallest host), after its cases
+    assert [g.group_id for g in merged] == ["w4", "w8"]
+    assert [c.name for c in merged[0].cases] == ["w4_0", "w4_1", "w4_2", "w2_0", "w2_1"]
+    # the same cases taking 2 s each: 8 s on 2 replicas outweighs the start-up, kept apart
+    slow = {"w2_0": 2.0, "w2_1": 2.0}
+    assert merge_small_groups([small, four], lambda w: 4.2, slow) == [small, four]
+    # never a scenario or training case (it may use the whole world's process group)...
+    scenario = replace(small, cases=(replace(small.cases[0], kind="scenario"), small.cases[1]))
+    assert merge_small_groups([scenario, four], lambda w: 4.2, quick) == [scenario, four]
+    # ...nor into a launch whose ranks do not divide into its mesh, nor with nothing to weigh
+    three = _group("w3", 1, world=3)
+    assert merge_small_groups([small, three], lambda w: 4.2, quick) == [small, three]
+    assert merge_small_groups([small, four], lambda w: 0.0, quick) == [small, four]

@@ -356,6 +356,11 @@ def check_reason(file: str, case: str, field: str, value: Any) -> Optional[str]:
     return value
 
 
+#: Name of the leading mesh dimension over the replicas of a case's mesh run in a larger launch
+#: (:func:`meshtest.parent.planner.merge_small_groups`); a case naming an axis so is never merged.
+REPLICA_DIM = "_replica"
+
+
 def normalised_dim_names(ndim: int) -> Tuple[str, ...]:
     """Axis names given to a mesh whose cases use names only as labels: ``("d0", "d1", ...)``."""
     return tuple(f"d{i}" for i in range(ndim))

@@ -178,6 +178,47 @@ def split_groups(groups: Sequence[Group], slots: int, durations: Optional[Mappin
     return [p for g, k in zip(groups, ks) for p in _parts(g, k, weight)]
 
 
+def merge_small_groups(groups: Sequence[Group], startup_s: Callable[[int], float],
+                       durations: Optional[Mapping[str, float]] = None) -> List[Group]:
+    """Run the op cases of a small launch group in a larger launch instead, on replicas of their
+    mesh, when that costs less than the small group's own launch start-up.
+
+    A group of ``w`` ranks whose cases are all op cases joins the smallest other group of ``W``
+    ranks with ``W % w == 0`` (its cases after that group's): the launch's ``W`` ranks form
+    ``W / w`` disjoint meshes of each such case's shape (the mesh ``(W / w, *shape)`` sliced, its
+    first dimension :data:`meshtest.model.rules.REPLICA_DIM`), each running the case on its own,
+    so every rank records it and each replica is checked. The rule: ``T * W / w <
+    startup_s(w)``, ``T`` the group's case time (recorded durations, else their mean, else 1 s
+    per case), ``W / w`` the work the replicas multiply (on CPU ranks share the cores). Scenario
+    and training cases (which may use the whole world's process group), phases, solo launchers,
+    and a case naming an axis :data:`~meshtest.model.rules.REPLICA_DIM` are never merged. Groups
+    are taken smallest world size first, so a merged group can in turn join a larger one. Only
+    for platforms whose backend makes sub-meshes (``BackendInfo.submeshes``).
+    """
+    known = [durations[c.name] for g in groups for c in g.cases if durations and c.name in durations]
+    default = sum(known) / len(known) if known else 1.0
+
+    def plain(g: Group) -> bool:
+        return g.lane == "ranks" and g.phase is None and "-solo-" not in g.group_id
+
+    out = list(groups)
+    for g in sorted(groups, key=lambda g: g.world_size):
+        if not plain(g) or g not in out or any(c.kind != "op" or c.phase is not None
+                                               or rules.REPLICA_DIM in (c.mesh_dim_names or ()) for c in g.cases):
+            continue
+        hosts = [h for h in out if h is not g and plain(h) and h.world_size > g.world_size
+                 and h.world_size % g.world_size == 0]
+        if not hosts:
+            continue
+        host = min(hosts, key=lambda h: (h.world_size, h.group_id))
+        case_time = sum((durations or {}).get(c.name, default) for c in g.cases)
+        if case_time * host.world_size / g.world_size >= startup_s(g.world_size):
+            continue
+        out[out.index(host)] = replace(host, cases=host.cases + g.cases)
+        out.remove(g)
+    return out
+
+
 def _parts(g: Group, k: int, weight: Callable[[ScannedCase], float]) -> List[Group]:
     """``g`` as ``k`` launches balanced by ``weight``, longest case first, each in plan order."""
     if k == 1:

@@ -43,6 +43,7 @@ from .planner import (
     device_kind_mismatch,
     lane_of,
     launch_cost,
+    merge_small_groups,
     plan_groups,
     plan_local_groups,
     select_cases,
@@ -395,9 +396,11 @@ def plan_run(selected: Sequence[ScannedCase], opts: RunOptions,
         groups = plan_local_groups(selected, local_processes(opts))
         return groups, max((g.processes for g in groups), default=1)
     groups = plan_groups(selected)
+    launcher = backend_info(opts.platform).launcher
+    if backend_info(opts.platform).submeshes:
+        groups = merge_small_groups(groups, lambda w: startup_s(opts.device_kind, w, launcher), durations)
     need = device_need(groups, opts.device_need, opts.slots)
     if opts.pack == "fill":
-        launcher = backend_info(opts.platform).launcher
         # a device slot of its own per rank (NPU, GPU): a start-up on a slot that would idle is free
         groups = split_groups(groups, opts.slots, durations, lambda w: startup_s(opts.device_kind, w, launcher),
                               fill_idle=opts.device_kind != "cpu")

@@ -156,6 +156,16 @@ class ShardBackend(ABC):
     def make_mesh(self, shape: Tuple[int, ...], names: Tuple[str, ...]) -> Any:
         """Create the DeviceMesh of ``shape`` with axis ``names`` over all ranks."""
 
+    def make_replicated_mesh(self, shape: Tuple[int, ...], names: Tuple[str, ...], replicas: int) -> Any:
+        """This rank's DeviceMesh of ``shape`` with axis ``names`` when the launch has ``replicas``
+        times as many ranks: the ranks split into ``replicas`` disjoint meshes of ``shape`` (in
+        rank order, as the mesh ``(replicas, *shape)`` slices them), each running the case on its
+        own. Backends whose :class:`BackendInfo` sets ``submeshes`` implement it.
+
+        :raises NotImplementedError: the platform has no sub-meshes.
+        """
+        raise NotImplementedError(f"platform {self.platform!r} makes no sub-meshes")
+
     @abstractmethod
     def make_tensor(self, array: np.ndarray, dtype: str, requires_grad: bool = False) -> Any:
         """Platform tensor with ``array``'s values, cast to the platform-agnostic ``dtype``."""
@@ -414,6 +424,9 @@ class BackendInfo:
     :param local_target: ``"module.path:ClassName"`` of the backend that simulates every rank in
         one process (the ``local`` lane, ``--tag=cpu_local``), or ``""`` when the platform has none.
     :param device_targets: per device kind, the backend for that device when it is not ``target``.
+    :param submeshes: the backend makes a case's mesh as replicas on sub-meshes of a larger
+        launch (:meth:`ShardBackend.make_replicated_mesh`), so the planner may run a small
+        group's op cases in a larger launch (:func:`meshtest.parent.planner.merge_small_groups`).
     """
 
     platform: str
@@ -423,6 +436,7 @@ class BackendInfo:
     #: device kind → ``"module:Class"`` of the backend for that device (e.g. torch on ``npu``:
     #: the hccl backend); a kind not listed uses ``target``.
     device_targets: Tuple[Tuple[str, str], ...] = ()
+    submeshes: bool = False
 
 
 _BACKENDS: Dict[str, BackendInfo] = {}
@@ -481,5 +495,6 @@ def load_backend(platform: str, lane: str = "ranks", device_kind: str = "cpu") -
 register_backend(BackendInfo("torch", "meshtest.platforms.torch_gloo:TorchGlooBackend", launcher="torchrun",
                              local_target="meshtest.platforms.torch_local:TorchLocalBackend",
                              device_targets=(("npu", "meshtest.platforms.torch_accel:TorchHcclBackend"),
-                                             ("cuda", "meshtest.platforms.torch_accel:TorchNcclBackend"))))
+                                             ("cuda", "meshtest.platforms.torch_accel:TorchNcclBackend")),
+                             submeshes=True))
 register_backend(BackendInfo("mindspore", "meshtest.platforms.mindspore_msrun:MindSporeBackend", launcher="msrun"))

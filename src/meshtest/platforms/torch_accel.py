@@ -120,6 +120,7 @@ class TorchAcceleratorBackend(TorchGlooBackend):
 
     def make_mesh(self, shape: Tuple[int, ...], names: Tuple[str, ...]) -> Any:
         return init_device_mesh(self._mesh_type, tuple(shape), mesh_dim_names=tuple(names))
+    # make_replicated_mesh: TorchGlooBackend's, over this make_mesh
 
     def make_tensor(self, array: np.ndarray, dtype: str, requires_grad: bool = False) -> Any:
         t = super().make_tensor(array, dtype).to(self._device)

@@ -25,6 +25,7 @@ from torch.distributed.tensor import Shard as TShard
 from torch.distributed.tensor.placement_types import _StridedShard as TStridedShard
 
 from ..model.placement import Partial, Placement, Replicate, Shard, StridedShard
+from ..model.rules import REPLICA_DIM
 from .backend import ShardBackend, TrainContext, TrainSnapshot
 
 _DTYPES = {
@@ -432,6 +433,12 @@ class TorchGlooBackend(ShardBackend):
 
     def make_mesh(self, shape: Tuple[int, ...], names: Tuple[str, ...]) -> Any:
         return init_device_mesh("cpu", tuple(shape), mesh_dim_names=tuple(names))
+
+    def make_replicated_mesh(self, shape: Tuple[int, ...], names: Tuple[str, ...], replicas: int) -> Any:
+        """``make_mesh((replicas, *shape), (REPLICA_DIM, *names))`` sliced to ``names``: torch's
+        own sub-mesh of this rank (``DeviceMesh.__getitem__``)."""
+        full = self.make_mesh((replicas, *shape), (REPLICA_DIM, *names))
+        return full[tuple(names)] if len(names) > 1 else full[names[0]]
 
     def make_tensor(self, array: np.ndarray, dtype: str, requires_grad: bool = False) -> Any:
         # np.array (not np.ascontiguousarray, which promotes 0-d to 1-d) keeps InputSpec(()) 0-d.

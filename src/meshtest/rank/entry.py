@@ -246,9 +246,12 @@ def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend
             # each case's own mesh (shape and axis names; an op case whose names are labels still sees
             # them, x.device_mesh["tp"]): the launch keeps one mesh per (shape, names), over the same
             # ranks, made by every rank when the first case needs it (plan order is the same on all)
+            # (a case of a smaller mesh merged into this launch: one replica of its mesh per
+            # ``prod(mesh_shape)`` ranks, each running the case on its own; planner.merge_small_groups)
             key = (sc.mesh_shape, sc.mesh_dim_names or rules.normalised_dim_names(len(sc.mesh_shape)))
             if key not in meshes:
-                meshes[key] = backend.make_mesh(*key)
+                replicas = backend.world_size() // rules.world_size(sc.mesh_shape)
+                meshes[key] = backend.make_mesh(*key) if replicas == 1 else backend.make_replicated_mesh(*key, replicas)
             status = run_one(case, sc, plan, rank, backend, meshes[key], out)
         # Every rank, after every case: a bounded barrier. A rank that skipped a collective waits
         # here instead of pairing with its peers' next case. Only rank 0 applies the fence timeout
