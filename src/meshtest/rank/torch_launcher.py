@@ -34,9 +34,10 @@ import argparse
 import os
 import signal
 import sys
+import tempfile
 import time
 import uuid
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import entry
 
@@ -166,10 +167,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch reads it: what torchrun sets for nproc > 1
     # imported once here, inherited by every rank: torch, DTensor, the backend the ranks load
     import torch.distributed.tensor  # noqa: F401
-    from torch.distributed import TCPStore
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, start_processes
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     from ..platforms import torch_gloo  # noqa: F401
 
@@ -183,19 +181,31 @@ def main(argv: Optional[List[str]] = None) -> None:
     threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 0
     print(f"meshtest.rank.torch_launcher: forking {args.nproc} rank(s) from a process of {threads} thread(s)",
           file=sys.stderr, flush=True)
-    pc = start_processes(name="meshtest.rank.entry", entrypoint=rank_main,
-                         args={i: (port_r, port_w, *rest) for i in range(args.nproc)},
-                         envs={i: rank_env(i, args.nproc, run_id) for i in range(args.nproc)},
-                         logs_specs=DefaultLogsSpecs(), start_method="fork")
-    os.close(port_r)
+    # torch's per-rank log directories (empty: nothing is redirected) in a directory removed at the end,
+    # not one more /tmp/torchelastic_* per launch
+    with tempfile.TemporaryDirectory(prefix="meshtest-launch-") as logs:
+        pc = start_processes(name="meshtest.rank.entry", entrypoint=rank_main,
+                             args={i: (port_r, port_w, *rest) for i in range(args.nproc)},
+                             envs={i: rank_env(i, args.nproc, run_id) for i in range(args.nproc)},
+                             logs_specs=DefaultLogsSpecs(log_dir=logs), start_method="fork")
+        os.close(port_r)
+        _supervise(pc, port_w, args.nproc, args.master_port)
+
+
+def _supervise(pc: Any, port_w: int, nproc: int, master_port: Optional[int]) -> None:
+    """Start the store, hand its port to the ranks, and watch them until they end (see :func:`main`)."""
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
     result = None
     try:
         try:
-            store = TCPStore("127.0.0.1", args.master_port or 0, is_master=True, wait_for_workers=False)
+            store = TCPStore("127.0.0.1", master_port or 0, is_master=True, wait_for_workers=False)
         except Exception as e:  # a taken --master-port: say so, as torchrun's rendezvous would
             os.close(port_w)
-            raise RuntimeError(f"the launch's store could not bind 127.0.0.1:{args.master_port}: {e}") from e
-        os.write(port_w, (f"{store.port:07d}\n" * args.nproc).encode())
+            raise RuntimeError(f"the launch's store could not bind 127.0.0.1:{master_port}: {e}") from e
+        os.write(port_w, (f"{store.port:07d}\n" * nproc).encode())
         os.close(port_w)
         while (result := pc.wait(timeout=0)) is None:  # torchrun's monitor loop, every 0.1 s
             time.sleep(0.1)
@@ -206,12 +216,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         if result is None or result.is_failed():
             pc.close()  # the others: SIGTERM, then SIGKILL after 30 s, as torchrun's agent does
     if result.is_failed():
-        report = EXITS.report()
+        report = EXITS.report() if EXITS is not None else ""
         if report:
             print(report, file=sys.stderr, flush=True)
         raise ChildFailedError(name="meshtest.rank.entry", failures=result.failures)
     pc.close()
-
 
 if __name__ == "__main__":
     main()
