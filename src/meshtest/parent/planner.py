@@ -160,14 +160,10 @@ def split_groups(groups: Sequence[Group], slots: int, durations: Optional[Mappin
     which share the machine's cores: there an extra launch's start-up slows the running ones,
     which the prediction does not see.
     """
-    known = [durations[c.name] for g in groups for c in g.cases if durations and c.name in durations]
-    default = sum(known) / len(known) if known else 1.0
-
-    def weight(c: ScannedCase) -> float:
-        return (durations or {}).get(c.name, default)
+    weight = _case_time(groups, durations)
 
     def splittable(g: Group) -> bool:
-        return g.lane == "ranks" and g.phase is None and "-solo-" not in g.group_id and startup_s(g.world_size) > 0
+        return _plain_launch(g) and startup_s(g.world_size) > 0
 
     ks = [max(1, min(slots // g.world_size, len(g.cases), int(sum(weight(c) for c in g.cases)
                                                               // startup_s(g.world_size))))
@@ -195,28 +191,37 @@ def merge_small_groups(groups: Sequence[Group], startup_s: Callable[[int], float
     are taken smallest world size first, so a merged group can in turn join a larger one. Only
     for platforms whose backend makes sub-meshes (``BackendInfo.submeshes``).
     """
-    known = [durations[c.name] for g in groups for c in g.cases if durations and c.name in durations]
-    default = sum(known) / len(known) if known else 1.0
-
-    def plain(g: Group) -> bool:
-        return g.lane == "ranks" and g.phase is None and "-solo-" not in g.group_id
-
+    weight = _case_time(groups, durations)
     out = list(groups)
     for g in sorted(groups, key=lambda g: g.world_size):
-        if not plain(g) or g not in out or any(c.kind != "op" or c.phase is not None
+        if not _plain_launch(g) or g not in out or any(c.kind != "op" or c.phase is not None
                                                or rules.REPLICA_DIM in (c.mesh_dim_names or ()) for c in g.cases):
             continue
-        hosts = [h for h in out if h is not g and plain(h) and h.world_size > g.world_size
+        hosts = [h for h in out if h is not g and _plain_launch(h) and h.world_size > g.world_size
                  and h.world_size % g.world_size == 0]
         if not hosts:
             continue
         host = min(hosts, key=lambda h: (h.world_size, h.group_id))
-        case_time = sum((durations or {}).get(c.name, default) for c in g.cases)
+        case_time = sum(map(weight, g.cases))
         if case_time * host.world_size / g.world_size >= startup_s(g.world_size):
             continue
         out[out.index(host)] = replace(host, cases=host.cases + g.cases)
         out.remove(g)
     return out
+
+
+def _case_time(groups: Sequence[Group], durations: Optional[Mapping[str, float]]) -> Callable[[ScannedCase], float]:
+    """A case's estimated seconds: its recorded duration, else the mean of the recorded ones among
+    ``groups``' cases, else 1 s."""
+    known = [durations[c.name] for g in groups for c in g.cases if durations and c.name in durations]
+    default = sum(known) / len(known) if known else 1.0
+    return lambda c: (durations or {}).get(c.name, default)
+
+
+def _plain_launch(g: Group) -> bool:
+    """A launch of rank processes that is neither one phase of a phased case nor a solo launcher's:
+    one :func:`split_groups` may split and :func:`merge_small_groups` may merge."""
+    return g.lane == "ranks" and g.phase is None and "-solo-" not in g.group_id
 
 
 def _parts(g: Group, k: int, weight: Callable[[ScannedCase], float]) -> List[Group]:

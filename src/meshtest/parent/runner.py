@@ -396,8 +396,9 @@ def plan_run(selected: Sequence[ScannedCase], opts: RunOptions,
         groups = plan_local_groups(selected, local_processes(opts))
         return groups, max((g.processes for g in groups), default=1)
     groups = plan_groups(selected)
-    launcher = backend_info(opts.platform).launcher
-    if backend_info(opts.platform).submeshes:
+    info = backend_info(opts.platform)
+    launcher = info.launcher
+    if info.submeshes:
         groups = merge_small_groups(groups, lambda w: startup_s(opts.device_kind, w, launcher), durations)
     need = device_need(groups, opts.device_need, opts.slots)
     if opts.pack == "fill":
