@@ -13,14 +13,12 @@ same functions are plain cases.
 """
 import numpy as np
 
-from meshtest import ScenarioCase, register
+from meshtest import KnownFailure, ScenarioCase, register
 
 L0 = ("cpu_ms_level0", "cpu_ms_level1", "npu_level0", "npu_level1")
 CPU = ("cpu_ms_level0", "cpu_ms_level1")
 NPU = ("npu_level0", "npu_level1")
 NEEDS = ("collectives",)
-NO_CPU_KERNEL = ("MindSpore {what} has no CPU kernel (mccl) in 2.10: '{msg}' (checked on mindspore 2.10.0, "
-                 "msrun on CPU); the case passes where the kernel exists (Ascend, npu gates)")
 
 
 def _inputs(world, shape=(4, 3), dtype=np.float32, seed=7):
@@ -130,17 +128,25 @@ register(ScenarioCase(name="ms_collectives_in_sequence_w4", fn=collectives_in_se
 register(ScenarioCase(
     name="ms_reduce_scatter_sum_cpu_w2", fn=reduce_scatter_sum, mesh_shape=(2,), tags=CPU, requires=NEEDS,
     capabilities=("comms",), layer=1,
-    known_failure=NO_CPU_KERNEL.format(what="ReduceScatter", msg="kernel not registered on CPU")))
+    known_failure=KnownFailure(
+        kind="raises", step="reduce_scatter", match=r"not registered on CPU|ReduceScatter",
+        reason="MindSpore 2.10 has no CPU (mccl) kernel for ReduceScatter; the same case passes where the kernel "
+               "exists (Ascend, npu gates)",
+        upstream="docs/mindspore-bugs.md#no-cpu-reduce-scatter")))
 register(ScenarioCase(
     name="ms_all_reduce_max_cpu_w2", fn=all_reduce_max, mesh_shape=(2,), tags=CPU, requires=NEEDS,
     capabilities=("comms",), layer=1,
-    known_failure=NO_CPU_KERNEL.format(what="AllReduce(op='max')", msg="AllReduce only support reduce sum on CPU")))
+    known_failure=KnownFailure(
+        kind="raises", step="all_reduce", match=r"only support reduce sum on CPU",
+        reason="MindSpore 2.10's CPU AllReduce kernel (allreduce_cpu_kernel.cc) implements only sum",
+        upstream="docs/mindspore-bugs.md#cpu-all-reduce-sum-only")))
 register(ScenarioCase(
     name="ms_all_reduce_sum_int32_cpu_w2", fn=all_reduce_sum_int32, mesh_shape=(2,), tags=CPU, requires=NEEDS,
     capabilities=("comms",), layer=1,
-    known_failure=NO_CPU_KERNEL.format(what="AllReduce on int32",
-                                       msg="Select CPU operator[AllReduce] fail! Unsupported data type! The supported "
-                                           "data types are input[Float32] ...; input[Float16] ...")))
+    known_failure=KnownFailure(
+        kind="raises", step="all_reduce", match=r"Select CPU operator\[AllReduce\] fail.*Unsupported data type",
+        reason="MindSpore 2.10's CPU AllReduce kernel registers float32 and float16 only",
+        upstream="docs/mindspore-bugs.md#cpu-all-reduce-float-only")))
 register(ScenarioCase(name="ms_reduce_scatter_sum_w2", fn=reduce_scatter_sum, mesh_shape=(2,), tags=NPU,
                       requires=NEEDS, capabilities=("comms",), layer=1))
 register(ScenarioCase(name="ms_all_reduce_max_w2", fn=all_reduce_max, mesh_shape=(2,), tags=NPU,

@@ -20,7 +20,7 @@ spatial dims``, as single-device autograd computes them.
 """
 import torch.nn.functional as F
 
-from meshtest import CompareSpec, InputSpec, OpShardCase, Replicate, Shard, register
+from meshtest import CompareSpec, InputSpec, KnownFailure, OpShardCase, Replicate, Shard, register
 
 MESH2 = (2,)
 MESH4 = (4,)
@@ -87,21 +87,25 @@ register(OpShardCase(name="conv1d_batch_dp_r_dp_tp", fn=conv1d,
 # * weight Shard(0) (out channels): each rank computes its channel slice but the output is
 #   declared Replicate with the global shape, so full_tensor() returns the local slice
 #   (gathered shape (N, C_out / n, ...) instead of (N, C_out, ...)) — silently wrong;
-# * input Shard(1) + weight Shard(1) (in channels): the output is declared Shard(1) instead
-#   of Partial, so full_tensor() concatenates per-rank partial sums — silently wrong values;
+# * input Shard(1) + weight Shard(1) (in channels): the output is declared Replicate though each
+#   rank holds a partial sum (it should be Partial), so full_tensor() is one rank's partial sum —
+#   silently wrong values;
 # * input Shard(1) + replicated grouped weight: the local conv gets C_in / n channels and
 #   raises a channel-count error.
 # Not registered: out channels sharded UNEVENLY (6 over 4 ranks): rank 3 holds a
 # (0, 3, 3) weight and raises while the other ranks go on, which kills the launch.
-CONV_RULE_IGNORES_WEIGHT = (
-    "DTensor conv ignores the weight's placement: the runtime handler (_tp_conv.py) uses "
-    "convolution_rules in torch/distributed/tensor/_ops/_conv_ops.py, which copies the input's dim_map to the "
-    "output, so an out-channel-sharded weight yields an output declared Replicate holding only the local "
-    "channels (gathered shape wrong)")
-CONV_RULE_IN_CHANNELS = (
-    "DTensor conv with input and weight sharded on in-channels declares the output Shard(1) (copied from the "
-    "input by convolution_rules in torch/distributed/tensor/_ops/_conv_ops.py, used by _tp_conv.py) instead "
-    "of Partial('sum'), so full_tensor() concatenates per-rank partial sums: silently wrong values")
+CONV_RULE_IGNORES_WEIGHT = KnownFailure(
+    kind="mismatch", step="compare", match=r"output\[0\]: shape",
+    reason="DTensor conv ignores the weight's placement: the runtime handler (_tp_conv.py) uses convolution_rules "
+           "(_ops/_conv_ops.py), which copies the input's dim_map to the output, so an out-channel-sharded weight "
+           "yields an output declared Replicate holding only the local channels (gathered shape wrong)",
+    upstream="pytorch/pytorch#186129")
+CONV_RULE_IN_CHANNELS = KnownFailure(
+    kind="mismatch", step="compare", match=r"output\[0\]: \d+ of \d+ elements outside",
+    reason="DTensor conv with input and weight sharded on in-channels labels the output Replicate() though each "
+           "rank holds only its in-channels' partial sum (it should be Partial('sum')): full_tensor() returns one "
+           "rank's partial sum, silently wrong values",
+    upstream="docs/torch-bugs.md#conv-in-channels-partial")
 register(OpShardCase(name="conv2d_out_channels_w_s0_grad_mesh2", fn=conv2d,
                      inputs=[InputSpec((2, 3, 5, 5), **G), InputSpec((4, 3, 3, 3), **G), InputSpec((4,), **G)],
                      placements=[(Replicate(),), (Shard(0),), (Shard(0),)], mesh_shape=MESH2,
@@ -127,7 +131,9 @@ register(OpShardCase(name="conv2d_groups_in_channels_s1_dp_tp", fn=conv2d_groups
                      inputs=[InputSpec((2, 4, 5, 5)), InputSpec((4, 2, 3, 3)), InputSpec((4,))],
                      placements=[(Shard(0), Shard(1)), (Replicate(), Replicate()), (Replicate(), Replicate())],
                      mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=REASSOC, tags=L1,
-                     known_failure="grouped conv with input Shard(1) on in-channels: convolution_rules "
-                                   "(_ops/_conv_ops.py, used by _tp_conv.py) keeps the input sharded and runs the "
-                                   "local conv with C_in/n channels against the full grouped weight: channel-count "
-                                   "RuntimeError instead of a redistribute"))
+                     known_failure=KnownFailure(
+                         kind="raises", step="run", match=r"RuntimeError: .*channels",
+                         reason="grouped conv with input Shard(1) on in-channels: convolution_rules keeps the input "
+                                "sharded and runs the local conv with C_in/n channels against the full grouped "
+                                "weight: a channel-count RuntimeError instead of a redistribute",
+                         upstream="docs/torch-bugs.md#grouped-conv-sharded-input, pytorch/pytorch#186129")))

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from meshtest import CompareSpec, InputSpec, OpShardCase, Replicate, Shard, register
+from meshtest import CompareSpec, InputSpec, KnownFailure, OpShardCase, Replicate, Shard, register
 
 MESH2 = (2,)
 MESH4 = (4,)
@@ -256,9 +256,11 @@ register(OpShardCase(name="idx_setitem_bool_mask_scalar_r_mesh2", fn=setitem_mas
 register(OpShardCase(name="idx_setitem_column_scalar_s0s1_dp_tp", fn=setitem_column, inputs=[InputSpec((4, 6))],
                      placements=[(Shard(0), Shard(1))], mesh_shape=MESH_2D, mesh_dim_names=DP_TP, compare=EXACT,
                      tags=L1,
-                     known_failure="y[:, 1] = 5.0 on a DTensor raises NotImplementedError: aten.fill_.Tensor "
-                                   "(what Python setitem with a scalar lowers to) has no DTensor sharding strategy "
-                                   "registered in torch 2.13 (aten.fill_.Scalar has one)"))
+                     known_failure=KnownFailure(
+                         kind="raises", step="run", match=r"NotImplementedError: .*aten\.fill_\.Tensor",
+                         reason="y[:, 1] = 5.0 lowers to aten.fill_.Tensor (a 0-d tensor value), which has no DTensor "
+                                "sharding strategy in torch 2.13 (aten.fill_.Scalar has one)",
+                         upstream="docs/torch-bugs.md#fill-tensor-strategy")))
 register(OpShardCase(name="idx_setitem_slice_tensor_s1_mesh2", fn=setitem_slice_tensor,
                      inputs=[InputSpec((6, 4)), InputSpec((2, 4))],
                      placements=[(Shard(1),), (Shard(1),)], mesh_shape=MESH2, compare=EXACT, tags=L0))
@@ -282,10 +284,11 @@ register(OpShardCase(name="idx_masked_fill_mask_s1_x_s0_dp_tp", fn=masked_fill,
 register(OpShardCase(name="idx_masked_fill_0d_value_s1_mesh4", fn=masked_fill_0d,
                      inputs=[InputSpec((6, 8)), InputSpec((6, 8), init="uniform", dtype="bool"), InputSpec(())],
                      placements=[(Shard(1),), (Shard(1),), (Replicate(),)], mesh_shape=MESH4, compare=EXACT, tags=L0))
-MASKED_SCATTER_NO_STRATEGY = (
-    "masked_scatter raises NotImplementedError 'Operator aten.masked_scatter.default does not have a sharding "
-    "strategy registered' even for all-Replicate inputs (torch 2.13 has no DTensor rule; a replicate-only rule "
-    "is proposed upstream in the pytorch/pytorch#177409 / #177414 stack)")
+MASKED_SCATTER_NO_STRATEGY = KnownFailure(
+    kind="raises", step="run", match=r"aten\.masked_scatter\.default does not have a sharding strategy",
+    reason="masked_scatter has no DTensor rule in torch 2.13, even for all-Replicate inputs; a replicate-only "
+           "rule is proposed upstream",
+    upstream="pytorch/pytorch#177414, pytorch/pytorch#177409")
 register(OpShardCase(name="idx_masked_scatter_r_mesh2", fn=masked_scatter,
                      inputs=[InputSpec((6, 5)), InputSpec((6, 5), dtype="bool", data=MASK_6x5), InputSpec((6, 5))],
                      placements=[(Replicate(),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=EXACT,
@@ -301,10 +304,11 @@ register(OpShardCase(name="idx_masked_scatter_s0_mesh2", fn=masked_scatter,
 # right comparison: a shape-only check would hide wrong local (unshifted) indices.
 # Every variant currently fails in sharding propagation: DTensor computes the output meta
 # by running the op on fake tensors, and fake nonzero raises DynamicOutputShapeException.
-NONZERO_FAKE_PROP = (
-    "nonzero on a DTensor (even Replicate) raises 'Sharding propagation failed for aten.nonzero.default': output "
-    "metadata is propagated through FakeTensor, whose nonzero raises DynamicOutputShapeException "
-    "(pytorch/pytorch#124990; a strategy is proposed in pytorch/pytorch#177407)")
+NONZERO_FAKE_PROP = KnownFailure(
+    kind="raises", step="run", match=r"aten\.nonzero\.default",
+    reason="nonzero on a DTensor (even Replicate) fails in sharding propagation: output metadata is propagated "
+           "through FakeTensor, whose nonzero raises DynamicOutputShapeException (x[bool_mask] lowers to it too)",
+    upstream="pytorch/pytorch#124990, pytorch/pytorch#177407")
 register(OpShardCase(name="idx_nonzero_replicate_mesh2", fn=nonzero,
                      inputs=[InputSpec((6, 5), init="uniform", dtype="int64", low=0, high=2)],
                      placements=[(Replicate(),)], mesh_shape=MESH2, compare=EXACT, tags=L1,
@@ -316,7 +320,7 @@ register(OpShardCase(name="idx_nonzero_sharded_s0_mesh2", fn=nonzero,
 register(OpShardCase(name="idx_getitem_bool_mask_r_mesh4", fn=getitem_bool_mask_rows,
                      inputs=[InputSpec((6, 5)), InputSpec((6, 5), dtype="bool", data=MASK_6x5)],
                      placements=[(Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=EXACT, tags=L1,
-                     known_failure="x[bool_mask] lowers to aten.index with a mask -> nonzero; " + NONZERO_FAKE_PROP))
+                     known_failure=NONZERO_FAKE_PROP))
 
 # ---------------------------------------------------------------- embedding backward (weight grads)
 register(OpShardCase(name="idx_embedding_rowwise_w_s0_grad_mesh2", fn=embedding,

@@ -26,7 +26,7 @@ fixed standard-normal G; the expected gradients are single-device autograd's: fo
 import torch
 import torch.nn.functional as F
 
-from meshtest import CompareSpec, InputSpec, OpShardCase, Replicate, Shard, register
+from meshtest import CompareSpec, InputSpec, KnownFailure, OpShardCase, Replicate, Shard, register
 
 MESH2 = (2,)
 MESH4 = (4,)
@@ -120,13 +120,17 @@ register(OpShardCase(name="norm_rms_norm_batch_s0_grad_mesh2", fn=rms_norm,
 register(OpShardCase(name="norm_rms_norm_uneven_seq_grad_mesh4", fn=rms_norm,
                      inputs=[InputSpec((2, 5, H), requires_grad=True), InputSpec((H,), requires_grad=True)],
                      placements=[(Shard(1),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))
-# Normalised dim sharded: repro /tmp/repro/norm_bugs.py (Replicate and Shard(0) pass, Shard(1) raises).
+# Normalised dim sharded (Replicate and Shard(0) pass, Shard(1) raises): docs/torch-bugs.md has the repro.
 register(OpShardCase(name="norm_rms_norm_hidden_sharded_mesh4", fn=rms_norm_plain,
                      inputs=[InputSpec((4, H))], placements=[(Shard(1),)], mesh_shape=MESH4, compare=REASSOC, tags=L1,
-                     known_failure="rms_norm over a sharded hidden dim raises 'aten.add_.Scalar: in-place operations "
-                                   "that require placement changes are not supported ... Partial(avg)': the composite "
-                                   "rms_norm adds eps IN PLACE to the mean of squares, which is Partial(avg) over the "
-                                   "sharded dim, and DTensor's in-place rule forbids the needed reduction"))
+                     known_failure=KnownFailure(
+                         kind="raises", step="run",
+                         match=r"aten\.add_\.Scalar.*in-place operations that require placement changes are not "
+                               r"supported",
+                         reason="the composite rms_norm adds eps IN PLACE to the mean of squares, which is "
+                                "Partial(avg) over the sharded hidden dim, and DTensor's in-place rule forbids the "
+                                "reduction it needs",
+                         upstream="docs/torch-bugs.md#rms-norm-inplace-partial")))
 register(OpShardCase(name="norm_rms_norm_seq_parallel_grad_dp_tp", fn=rms_norm,
                      inputs=[InputSpec((4, 6, H), requires_grad=True), InputSpec((H,), requires_grad=True)],
                      placements=[(Shard(0), Shard(1)), (Replicate(), Replicate())], mesh_shape=MESH_2D,
@@ -145,17 +149,18 @@ register(OpShardCase(name="norm_group_norm_replicate_grad_mesh2", fn=group_norm,
                              InputSpec((4,), requires_grad=True)],
                      placements=[(Replicate(),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC,
                      tags=L0))
-# Batch-sharded backward: repro /tmp/repro/norm_bugs.py (forward correct, backward raises).
+# Batch-sharded backward (forward correct, backward raises).
 register(OpShardCase(name="norm_group_norm_batch_s0_grad_mesh2", fn=group_norm,
                      inputs=[InputSpec((4, 4, 6), requires_grad=True), InputSpec((4,), requires_grad=True),
                              InputSpec((4,), requires_grad=True)],
                      placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH2, compare=REASSOC,
                      tags=L1,
-                     known_failure="group_norm backward on a batch-sharded DTensor raises 'Expected dY.numel() == N * "
-                                   "C * HxW': DTensor rewrites native_group_norm's global N/C/HxW scalars to local "
-                                   "ones (_adjust_group_norm_scalars in torch/distributed/tensor/_ops/_math_ops.py) "
-                                   "but not native_group_norm_backward's, so the local backward kernel gets the global "
-                                   "N"))
+                     known_failure=KnownFailure(
+                         kind="raises", step="backward", match=r"Expected dY\.numel\(\) == N \* C \* HxW",
+                         reason="DTensor rewrites native_group_norm's global N/C/HxW scalars to local ones "
+                                "(_adjust_group_norm_scalars in _ops/_math_ops.py) but not "
+                                "native_group_norm_backward's, so the local backward kernel gets the global N",
+                         upstream="pytorch/pytorch#184825")))
 register(OpShardCase(name="norm_group_norm_uneven_batch_mesh4", fn=group_norm,
                      inputs=[InputSpec((5, 4, 3)), InputSpec((4,)), InputSpec((4,))],
                      placements=[(Shard(0),), (Replicate(),), (Replicate(),)], mesh_shape=MESH4, compare=REASSOC,

@@ -22,7 +22,7 @@ Backward (``requires_grad=True`` cases): the framework optimises ``L = sum_i <ou
 """
 import torch
 
-from meshtest import CompareSpec, InputSpec, OpShardCase, Partial, Replicate, Shard, register
+from meshtest import CompareSpec, InputSpec, KnownFailure, OpShardCase, Partial, Replicate, Shard, register
 
 MESH2 = (2,)
 MESH4 = (4,)
@@ -218,15 +218,17 @@ register(OpShardCase(name="red_argmax_int64_sharded_dim0_mesh4", fn=argmax0,
 register(OpShardCase(name="red_prod_sharded_dim0_mesh2", fn=prod0,
                      inputs=[InputSpec((6, 4), init="uniform", low=0.5, high=1.5)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=REASSOC, tags=L0))
-# Backward of prod fails on any DTensor (even Replicate): repro /tmp/repro/prod_bwd.py.
+# Backward of prod fails on any DTensor (even Replicate).
 register(OpShardCase(name="red_prod_sharded_dim0_grad_mesh2", fn=prod0,
                      inputs=[InputSpec((6, 4), init="uniform", low=0.5, high=1.5, requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=REASSOC, tags=L1,
-                     known_failure="prod backward raises 'aten.cat.default got mixed torch.Tensor and DTensor' for any "
-                                   "DTensor input: for tensor subclasses prod_backward always takes "
-                                   "prod_safe_zeros_backward (pytorch/pytorch#81969), which cats a plain at::ones(...) "
-                                   "tensor with the DTensor input; same root cause as pytorch/pytorch#185362 "
-                                   "(cumprod/cummax/cummin backward)"))
+                     known_failure=KnownFailure(
+                         kind="raises", step="backward",
+                         match=r"aten\.cat\.default got mixed torch\.Tensor and DTensor",
+                         reason="for tensor subclasses prod_backward always takes prod_safe_zeros_backward (since "
+                                "pytorch/pytorch#81969), which cats a plain at::ones(...) tensor with the DTensor "
+                                "input: the root cause of the cumprod/cummax/cummin report",
+                         upstream="pytorch/pytorch#185362, pytorch/pytorch#81969")))
 register(OpShardCase(name="red_prod_unsharded_dim1_keepdim_uneven_mesh4", fn=prod1_keepdim,
                      inputs=[InputSpec((7, 4), init="uniform", low=0.5, high=1.5)],
                      placements=[(Shard(0),)], mesh_shape=MESH4, compare=REASSOC, tags=L0))

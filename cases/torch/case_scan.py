@@ -16,7 +16,7 @@ sort/topk values.
 """
 import torch
 
-from meshtest import CompareSpec, InputSpec, OpShardCase, Replicate, Shard, register
+from meshtest import CompareSpec, InputSpec, KnownFailure, OpShardCase, Replicate, Shard, register
 
 MESH2 = (2,)
 MESH4 = (4,)
@@ -92,9 +92,11 @@ register(OpShardCase(name="scan_cumprod_sharded_dim0_mesh2", fn=cumprod0, inputs
 register(OpShardCase(name="scan_cumprod_s0_grad_mesh2", fn=cumprod1,
                      inputs=[InputSpec((8, 6), requires_grad=True, **POS)],
                      placements=[(Shard(0),)], mesh_shape=MESH2, compare=REASSOC, tags=L1,
-                     known_failure="cumprod backward on a DTensor raises 'aten.where.self got mixed torch.Tensor and "
-                                   "DTensor': the composite-compliant cumprod_backward builds plain tensors and mixes "
-                                   "them with the DTensor grad (pytorch/pytorch#185362, fixed upstream after 2.13)"))
+                     known_failure=KnownFailure(
+                         kind="raises", step="backward", match=r"aten\.where\.self got mixed torch\.Tensor and DTensor",
+                         reason="the composite-compliant cumprod_backward builds plain tensors and mixes them with the "
+                                "DTensor grad (fixed upstream after 2.13 by pytorch/pytorch#185228)",
+                         upstream="pytorch/pytorch#185362")))
 
 # ---------------------------------------------------------------- sort / argsort / topk
 register(OpShardCase(name="scan_sort_sharded_dim0_mesh2", fn=sort0, inputs=[InputSpec((8, 4))],

@@ -22,7 +22,7 @@ default float32 allclose.
 import torch
 import torch.nn.functional as F
 
-from meshtest import CompareSpec, InputSpec, OpShardCase, Replicate, Shard, register
+from meshtest import CompareSpec, InputSpec, KnownFailure, OpShardCase, Replicate, Shard, register
 
 MESH2 = (2,)
 MESH4 = (4,)
@@ -248,20 +248,19 @@ register(OpShardCase(name="shape_view_split_sharded_outer2_s0_mesh2", fn=view_sp
 # "Cannot flatten/unflatten unevenly sharded tensor ... Please redistribute" instead of
 # redistributing (pytorch/pytorch#143372, open). (`view` itself must alias, so a refusal
 # is right for view; these cases call reshape.)
+UNEVEN_RESHAPE = KnownFailure(
+    kind="raises", step="run", match=r"Cannot (un)?flatten unevenly sharded tensor",
+    reason="reshape of an unevenly Shard(0) tensor decomposes to aten.view, and the strict view rule in "
+           "_ops/_view_ops.py (since pytorch/pytorch#149764) refuses it instead of redistributing",
+    upstream="pytorch/pytorch#143372, pytorch/pytorch#149764")
 register(OpShardCase(name="shape_reshape_split_sharded_outer2_s0_mesh4", fn=reshape_split_to_2x4,
                      inputs=[InputSpec((8, 6), **ARANGE)], placements=[(Shard(0),)], mesh_shape=MESH4,
                      compare=EXACT, tags=L1,
-                     known_failure="reshape (8,6)->(2,4,6) of Shard(0) on 4 ranks raises 'Cannot unflatten unevenly "
-                                   "sharded tensor' instead of redistributing: reshape decomposes to aten.view and the "
-                                   "strict view rule in _ops/_view_ops.py (pytorch/pytorch#149764) refuses it; "
-                                   "pytorch/pytorch#143372"))
+                     known_failure=UNEVEN_RESHAPE))
 register(OpShardCase(name="shape_reshape_flatten_uneven_s0_mesh4", fn=reshape_merge_all,
                      inputs=[InputSpec((6, 5), **ARANGE)], placements=[(Shard(0),)], mesh_shape=MESH4,
                      compare=EXACT, tags=L1,
-                     known_failure="reshape(-1) of a (6,5) tensor Shard(0) on 4 ranks (uneven) raises 'Cannot flatten "
-                                   "unevenly sharded tensor' instead of redistributing: reshape decomposes to "
-                                   "aten.view and the strict view rule in _ops/_view_ops.py (pytorch/pytorch#149764) "
-                                   "refuses it; pytorch/pytorch#143372"))
+                     known_failure=UNEVEN_RESHAPE))
 register(OpShardCase(name="shape_reshape_merge_last_s1_grad_mesh2", fn=reshape_3d_to_2d_last,
                      inputs=[InputSpec((4, 6, 5), requires_grad=True)], placements=[(Shard(1),)], mesh_shape=MESH2,
                      compare=EXACT, grad_compare=GRAD, tags=L0))

@@ -22,6 +22,7 @@ _EXPORTS = {
     "StridedShard": "model.placement",
     "LocalInput": "model.local_input",
     "ExpectRaises": "model.spec",
+    "KnownFailure": "model.known",
     "register": "model.registry",
     "register_sweep": "model.registry",
     "GATE_TAGS": "model.rules",

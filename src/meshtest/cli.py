@@ -220,11 +220,14 @@ def _family(path: str) -> str:
 
 
 def _cmd_count(files: Sequence[str]) -> int:
-    """Print case counts by family (``case_<family>.py``), by mesh and by gate, from the static scan."""
+    """Print case counts by family (``case_<family>.py``), by mesh and by gate, from the static
+    scan, each split by expected verdict: ``cases``, of which ``xfail`` (marked ``known_failure``:
+    expected to fail the declared way) and ``requires`` (needing a platform feature, so
+    ``unsupported`` where the platform lacks it)."""
     from collections import Counter
 
-    families, meshes, gates = Counter(), Counter(), Counter()
-    total = bad = 0
+    tables = {title: (Counter(), Counter(), Counter()) for title in ("family", "mesh", "gate")}
+    total = bad = xfail = 0
     for path in files:
         scan = scan_case_file(path)
         if scan.error:
@@ -233,15 +236,22 @@ def _cmd_count(files: Sequence[str]) -> int:
             continue
         for c in scan.cases:
             total += 1
-            families[_family(path)] += 1
+            xfail += c.known_failure is not None
             names = f" {','.join(c.mesh_dim_names)}" if c.mesh_dim_names else ""
-            meshes["x".join(map(str, c.mesh_shape)) + names] += 1
-            gates.update(c.tags or ("(no gate)",))
-    for title, counter in (("family", families), ("mesh", meshes), ("gate", gates)):
-        print(f"by {title}:")
-        for key, n in sorted(counter.items()):
-            print(f"  {key:32} {n:5d}")
-    print(f"total: {total} case(s) in {len(files) - bad} file(s)" + (f"; {bad} file(s) failed the scan" if bad else ""))
+            keys = {"family": [_family(path)], "mesh": ["x".join(map(str, c.mesh_shape)) + names],
+                    "gate": list(c.tags or ("(no gate)",))}
+            for title, (cases, known, needs) in tables.items():
+                cases.update(keys[title])
+                if c.known_failure is not None:
+                    known.update(keys[title])
+                if c.requires:
+                    needs.update(keys[title])
+    for title, (cases, known, needs) in tables.items():
+        print(f"{'by ' + title + ':':34} {'cases':>5} {'xfail':>6} {'requires':>9}")
+        for key, n in sorted(cases.items()):
+            print(f"  {key:32} {n:5d} {known[key]:6d} {needs[key]:9d}")
+    print(f"total: {total} case(s) in {len(files) - bad} file(s), {xfail} marked known_failure (expected xfail)"
+          + (f"; {bad} file(s) failed the scan" if bad else ""))
     return 1 if bad else 0
 
 

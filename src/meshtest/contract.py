@@ -36,7 +36,7 @@ from .model.scan import ScannedCase
 from .status import Status
 
 #: Version of the launch plan format. Bump it whenever a contract type changes shape.
-PLAN_VERSION = 7
+PLAN_VERSION = 8
 
 #: Default deadline of one case, in seconds. A launch's process-group timeout is half the
 #: longest deadline among its cases.
@@ -234,8 +234,8 @@ class StepEntered:
 class RankRecord:
     """One rank's result for one case.
 
-    :ivar status: one of :data:`meshtest.status.RANK_STATUSES`, after the ``known_failure``
-        mapping.
+    :ivar status: one of :data:`meshtest.status.RANK_STATUSES`, judged against the case's
+        ``known_failure`` (:func:`meshtest.model.known.judge`).
     :ivar step: the last step reached (the failing one for fail/error).
     :ivar duration_s: wall-clock seconds of the whole case on this rank.
     :ivar detail: a scenario's notes (``ctx.note``), one per line.
@@ -251,7 +251,6 @@ class RankRecord:
     step: str
     duration_s: float
     error: str = ""
-    known_failure: str = ""
     detail: str = ""
     divergence: str = ""
 

@@ -28,7 +28,8 @@ class Status(str, Enum):
     FAIL = "fail"
     #: any other exception
     ERROR = "error"
-    #: a ``known_failure`` case failed, as expected
+    #: a ``known_failure`` case failed the declared way (kind, step, message): the platform's bug
+    #: reproduced; counted apart from pass, never fails the run
     XFAIL = "xfail"
     #: a ``known_failure`` case passed: the mark must go (fails the run)
     XPASS = "xpass"
@@ -63,8 +64,14 @@ class Status(str, Enum):
 
     @property
     def passing(self) -> bool:
-        """Counts as passed: ``pass`` and ``xfail`` (an expected failure of the platform)."""
+        """Counts as passed: ``pass`` only (an ``xfail`` is counted apart, see :attr:`expected`)."""
         return self in PASSING
+
+    @property
+    def expected(self) -> bool:
+        """A known failure of the platform that reproduced as declared (``xfail``): neither passed
+        nor failed; counted and shown apart, as pytest's ``xfailed``."""
+        return self is Status.XFAIL
 
     @property
     def counts_as_run(self) -> bool:
@@ -77,7 +84,9 @@ RANK_STATUSES = (Status.PASS, Status.FAIL, Status.ERROR, Status.XFAIL, Status.XP
 #: Outcomes that make the run fail.
 FAILING = frozenset({Status.FAIL, Status.ERROR, Status.CRASH, Status.MISSING, Status.TIMEOUT, Status.XPASS})
 #: Outcomes that count as passed.
-PASSING = frozenset({Status.PASS, Status.XFAIL})
+PASSING = frozenset({Status.PASS})
+#: Known failures that reproduced as declared: counted apart (``xfailed``), never failing.
+EXPECTED = frozenset({Status.XFAIL})
 #: Outcomes that are neither passed nor failed.
 NEUTRAL = frozenset({Status.UNSUPPORTED, Status.NOT_RUN})
 #: A case's outcome over its ranks is the first of these that some rank has (the worst).
@@ -98,11 +107,3 @@ def worst(statuses: Iterable[Status]) -> Status:
         if s in present:
             return s
     raise ValueError(f"no case status among {sorted(present)}")
-
-
-def with_known_failure(status: Status, known_failure: bool) -> Status:
-    """A rank's raw result mapped through ``known_failure``: fail/error → ``xfail``, pass →
-    ``xpass``; ``unsupported`` stays (the case did not run); without the mark, unchanged."""
-    if not known_failure or status is Status.UNSUPPORTED:
-        return status
-    return Status.XPASS if status is Status.PASS else Status.XFAIL

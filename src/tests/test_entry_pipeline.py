@@ -8,10 +8,11 @@ from __future__ import annotations
 import numpy as np
 
 from meshtest import CompareSpec, DerivedSpec, InputSpec, OpShardCase, Shard
+from meshtest.model.known import KnownFailure, judge
 from meshtest.platforms.backend import ShardBackend
 from meshtest.rank.entry import fails_suite
 from meshtest.rank.pipeline import StepResult, run_case
-from meshtest.status import Status, with_known_failure
+from meshtest.status import Status
 
 
 class Dist:
@@ -123,11 +124,27 @@ def test_reference_cannot_corrupt_distributed_inputs():
     assert run_case(_case(inplace), NumpyBackend(), None).status == "pass"
 
 
-def test_known_failure_mapping():
-    kf = _case(_add, known_failure="upstream bug #1")
-    assert with_known_failure(Status.FAIL, kf.known_failure is not None) == "xfail"
-    assert with_known_failure(Status.PASS, kf.known_failure is not None) == "xpass"
-    assert with_known_failure(Status.FAIL, _case(_add).known_failure is not None) == "fail"
+KF = KnownFailure(kind="raises", step="run", match=r"NotImplementedError: .*fill_", reason="no rule",
+                  upstream="pytorch/pytorch#1")
+
+
+def test_a_known_failure_is_xfail_only_when_it_fails_the_declared_way():
+    err = "NotImplementedError: aten.fill_.Tensor has no strategy\nTraceback (most recent call last):\n  x.py"
+    assert judge(KF, Status.ERROR, "run", err) == (Status.XFAIL, err)
+    status, text = judge(KF, Status.PASS, "compare", "")
+    assert status is Status.XPASS and "remove the mark" in text
+    # another failure than the declared one: fail, saying what was expected and what happened
+    typo = "AttributeError: 'Tensor' object has no attribute 'dobule'"
+    status, text = judge(KF, Status.ERROR, "reference", typo)
+    assert status is Status.FAIL and text.startswith("expected raises at step run matching /NotImplementedError")
+    assert "got error at step reference: AttributeError" in text
+    assert judge(KF, Status.ERROR, "backward", err)[0] is Status.FAIL           # another step
+    assert judge(KF, Status.FAIL, "run", err)[0] is Status.FAIL                 # a mismatch, not a raise
+    # the pattern is matched before the traceback: a frame's source text cannot satisfy it
+    framed = "RuntimeError: x\nTraceback (most recent call last):\n fill_ NotImplementedError: "
+    assert judge(KF, Status.ERROR, "run", framed)[0] is Status.FAIL
+    assert judge(KF, Status.UNSUPPORTED, "features", "no")[0] is Status.UNSUPPORTED
+    assert judge(None, Status.ERROR, "run", err) == (Status.ERROR, err)
 
 
 def test_equal_and_shape_compare():
@@ -137,20 +154,25 @@ def test_equal_and_shape_compare():
     assert run_case(_case(noisy, compare=CompareSpec.equal()), NumpyBackend(), None).status == "fail"
 
 
-class _Ranks(NumpyBackend):
-    """Stand-in whose any_rank answers as if another rank had reported ``others``."""
+class _Peers(NumpyBackend):
+    """Stand-in for a launch: any_rank answers over this rank's and the other ranks' judged
+    statuses (fails_suite asks its two questions in a fixed order, as every rank does)."""
 
-    def __init__(self, others):
-        self.others = others
+    def __init__(self, mine, others):
+        self.statuses = [mine, *others]
+        self.questions = iter((lambda s: s.failing and s is not Status.XPASS, lambda s: s is not Status.XPASS))
 
     def any_rank(self, flag):
-        return flag or self.others
+        question = next(self.questions)
+        assert flag == question(self.statuses[0])
+        return any(question(s) for s in self.statuses)
 
 
 def test_fail_fast_decision_matches_the_aggregate_rule():
-    plain, known = _case(_add), _case(_add, known_failure="torch bug #1")
-    assert fails_suite(_Ranks(False), plain, Status.PASS) is False
-    assert fails_suite(_Ranks(True), plain, Status.PASS) is True       # another rank failed
-    assert fails_suite(_Ranks(False), known, Status.PASS) is True       # xpass on every rank
-    assert fails_suite(_Ranks(True), known, Status.PASS) is False       # xfail somewhere: expected
-    assert fails_suite(_Ranks(False), None, Status.ERROR) is True       # file could not be loaded
+    assert fails_suite(_Peers(Status.PASS, [Status.PASS]), Status.PASS) is False
+    assert fails_suite(_Peers(Status.PASS, [Status.FAIL]), Status.PASS) is True        # another rank failed
+    assert fails_suite(_Peers(Status.XPASS, [Status.XPASS]), Status.XPASS) is True     # xpass on every rank
+    assert fails_suite(_Peers(Status.XPASS, [Status.XFAIL]), Status.XPASS) is False    # xfail somewhere: expected
+    assert fails_suite(_Peers(Status.XFAIL, [Status.XFAIL]), Status.XFAIL) is False
+    assert fails_suite(_Peers(Status.FAIL, [Status.XFAIL]), Status.FAIL) is True       # failed another way
+    assert fails_suite(_Peers(Status.ERROR, []), Status.ERROR) is True                 # file could not be loaded

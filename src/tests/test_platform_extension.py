@@ -42,7 +42,7 @@ def test_an_installed_platform_runs_op_and_scenario_cases(tmp_path):
         "np_scaled_sum": "pass", "np_scenario_sum": "pass", "np_needs_tp_styles": "unsupported"}
     assert results["np_scenario_sum"]["detail"] == "mesh (1,) ('tp',)"
     assert "unsupported on platform numpy-example: missing feature(s) tp.styles" in proc.stdout
-    assert "meshtest: 2 passed, 0 failed" in proc.stdout
+    assert "meshtest: 2 passed, 1 unsupported, 0 failed" in proc.stdout
 
 
 def test_an_unknown_platform_is_named_with_the_known_ones(tmp_path):

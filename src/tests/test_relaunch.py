@@ -118,7 +118,8 @@ def test_a_rank_that_gave_up_under_msrun_is_worded_as_giving_up_not_as_dying(tmp
     out = interrupted(case, group, res, Status.CRASH)
     assert [f.rank for f in out.failures] == [1, 0]
     assert out.failures[0].error.startswith("the rank process (pid 101) exited (exit 7) before recording the case")
-    assert out.failures[1].error.startswith(f"the rank left the launch (exit {GAVE_UP_EXIT}) after its end-of-case "
+    assert out.failures[1].error.startswith(f"after rank 1 died: the rank left the launch (exit {GAVE_UP_EXIT}) "
+                                            "after its end-of-case "
                                             "fence failed")
 
 

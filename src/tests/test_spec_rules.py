@@ -4,7 +4,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from meshtest import CaseDeclarationError, CompareSpec, DerivedSpec, InputSpec, OpShardCase, Partial, Replicate, Shard
+from meshtest import (
+    CaseDeclarationError,
+    CompareSpec,
+    DerivedSpec,
+    InputSpec,
+    KnownFailure,
+    OpShardCase,
+    Partial,
+    Replicate,
+    Shard,
+)
 from meshtest.model.registry import Registry
 
 
@@ -42,7 +52,17 @@ def _case(**kw) -> OpShardCase:
         (dict(compare_outputs=(-1,)), "compare-outputs", "indices >= 0"),
         (dict(compare=None), "compare", "CompareSpec"),
         (dict(derived_inputs=[DerivedSpec(fn=_fn, placements=(Shard(3),), ndim=2)]), "shard-dim", "derived_inputs[0]"),
-        (dict(known_failure=" "), "known-failure", "reason"),
+        (dict(known_failure="torch bug #1"), "known-failure", "saying which failure is expected"),
+        (dict(known_failure=KnownFailure(kind="wrong", step="run", match="x", reason="r", upstream="a/b#1")),
+         "known-failure", "kind='wrong': must be one of mismatch, raises, crash"),
+        (dict(known_failure=KnownFailure(kind="raises", step="run", match="(", reason="r", upstream="a/b#1")),
+         "known-failure", "not a regular expression"),
+        (dict(known_failure=KnownFailure(kind="raises", step="run", match="x", reason="r")),
+         "known-failure", "exactly one of upstream="),
+        (dict(known_failure=KnownFailure(kind="raises", step="run", match="x", reason="r", upstream="see torch")),
+         "known-failure", "must be 'owner/repo#123'"),
+        (dict(known_failure=KnownFailure(kind="raises", step="run", match="x", reason="r", upstream="a/b#1"),
+              expect_raises=(ValueError, "x")), "known-failure", "exclude each other"),
     ],
 )
 def test_each_rule_names_file_case_and_rule(kw, rule, words):

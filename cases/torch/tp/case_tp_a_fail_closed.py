@@ -19,7 +19,7 @@ All cases run on 2 ranks over a 1-D ``("tp",)`` mesh, except A2 which needs a 2-
 """
 import warnings
 
-from meshtest import ScenarioCase, register
+from meshtest import KnownFailure, ScenarioCase, register
 
 L0 = ("cpu_level0", "cpu_level1", "npu_level1")
 MESH2 = (2,)
@@ -164,11 +164,13 @@ register(ScenarioCase(
     name="tp_A2_sequence_parallel_rejects_2d_mesh",
     fn=_a2_sequence_parallel_on_2d_mesh,
     mesh_shape=MESH_1X2, mesh_dim_names=DP_TP, tags=L0, requires=("tp.styles",), spec_id="A2",
-    known_failure=("torch 2.13 bug: parallelize_module(norm, <2-D mesh>, SequenceParallel()) raises nothing and "
-                   "turns the norm's parameters into DTensors with ONE placement on a 2-D mesh (DTensor requires "
-                   "one per mesh dim; from_local does not check), and the module's forward then shards the "
-                   "sequence over the first mesh axis (dp), not tp. torch's own docstring says parallelize_module "
-                   "only accepts a 1-D DeviceMesh; the seed requires ValueError."),
+    known_failure=KnownFailure(
+        kind="mismatch", step="SequenceParallel on 2-D mesh", match=r"expected ValueError .* nothing was raised",
+        reason="parallelize_module(norm, <2-D mesh>, SequenceParallel()) raises nothing and turns the norm's "
+               "parameters into DTensors with ONE placement on a 2-D mesh (from_local does not check), then shards "
+               "the sequence over the first mesh axis (dp), not tp. parallelize_module's docstring still says it "
+               "only accepts a 1-D DeviceMesh: the check that raised this ValueError was dropped",
+        upstream="docs/torch-bugs.md#tp-2d-mesh-unchecked"),
 ))
 
 
@@ -190,11 +192,12 @@ register(ScenarioCase(
     name="tp_A2_prepare_module_input_rejects_2d_mesh",
     fn=_a2_prepare_input_on_2d_mesh,
     mesh_shape=MESH_1X2, mesh_dim_names=DP_TP, tags=L0, requires=("tp.styles",), spec_id="A2",
-    known_failure=("torch 2.13 bug: parallelize_module(m, <2-D mesh>, PrepareModuleInput(Shard(0) -> Replicate())) "
-                   "raises nothing; on forward its hook hands the module a DTensor with ONE placement "
-                   "(Replicate(),) on the 2-D mesh (checked on a (1, 2) mesh), which breaks DTensor's invariant "
-                   "of one placement per mesh dim. torch's docstring says parallelize_module only accepts a 1-D "
-                   "DeviceMesh; the seed requires ValueError."),
+    known_failure=KnownFailure(
+        kind="mismatch", step="PrepareModuleInput on 2-D mesh", match=r"expected ValueError .* nothing was raised",
+        reason="parallelize_module(m, <2-D mesh>, PrepareModuleInput(Shard(0) -> Replicate())) raises nothing; on "
+               "forward its hook hands the module a DTensor with ONE placement on the 2-D mesh, breaking DTensor's "
+               "invariant of one placement per mesh dim. The docstring still says 1-D only: the check was dropped",
+        upstream="docs/torch-bugs.md#tp-2d-mesh-unchecked"),
 ))
 
 

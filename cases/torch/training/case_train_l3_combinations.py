@@ -58,7 +58,7 @@ from cases.torch.training.plans import (
     tp_fsdp_2d,
     tp_transformer,
 )
-from meshtest import CompareSpec, TrainCase, TrainCompare, register
+from meshtest import CompareSpec, KnownFailure, TrainCase, TrainCompare, register
 
 L0 = ("cpu_level0", "cpu_level1")
 L1 = ("cpu_level1",)
@@ -299,9 +299,12 @@ register(TrainCase(name="clip_grad_fsdp_tp_mixed_meshes", model=stack, data=regr
                    parallelize=tp_fsdp_2d, optimizer=adam, steps=2, batch_split="dp", clip_grad_norm=0.3,
                    mesh_shape=(2, 2), mesh_dim_names=DP_TP, tags=L1, capabilities=("clip_grad", "fsdp", "tp"),
                    layer=3, requires=("fsdp2", "tp.styles"),
-                   known_failure="torch.nn.utils.clip_grad_norm_ torch.stack-s the per-parameter norms, DTensors on "
-                                 "the (dp, tp) mesh and on FSDP's 1-D dp mesh: 'All operands in aten.stack.default "
-                                 "must have the same mesh' (pytorch/pytorch#180346, open)"))
+                   known_failure=KnownFailure(
+                       kind="raises", step="parallel",
+                       match=r"All operands in aten\.stack\.default must have the same mesh",
+                       reason="torch.nn.utils.clip_grad_norm_ torch.stack-s the per-parameter norms, DTensors on the "
+                              "(dp, tp) mesh and on FSDP's 1-D dp mesh (fixed upstream by pytorch/pytorch#180501)",
+                       upstream="pytorch/pytorch#180346")))
 
 
 def token_cross_entropy(logits, target):

@@ -349,8 +349,28 @@ def lane_of(tag_filters: Sequence[str]) -> str:
     return "ranks"
 
 
+def check_known_failure(file: str, case: str, value: Any, expect_raises: Any = None) -> Any:
+    """Rule ``known-failure``: ``None`` or a valid :class:`meshtest.model.known.KnownFailure`
+    (not a plain reason string: the mark must say which failure it expects), and not together
+    with ``expect_raises`` (a case either expects a raise as its pass, or a platform bug)."""
+    from .known import KnownFailure
+
+    if value is None:
+        return None
+    if not isinstance(value, KnownFailure):
+        raise CaseDeclarationError(
+            file, case, "known-failure",
+            "known_failure must be KnownFailure(kind='mismatch'|'raises'|'crash', step=..., match='regex', "
+            f"reason=..., upstream='pytorch/pytorch#123') saying which failure is expected; got {value!r}")
+    if expect_raises is not None:
+        raise CaseDeclarationError(file, case, "known-failure",
+                                   "known_failure and expect_raises exclude each other: expect_raises declares the "
+                                   "raise the case passes with, known_failure a platform bug it fails with")
+    return value.validated(file, case)
+
+
 def check_reason(file: str, case: str, field: str, value: Any) -> Optional[str]:
-    """Rule ``reason``: ``None`` or a non-empty text (``known_failure``, ``divergence``)."""
+    """Rule ``reason``: ``None`` or a non-empty text (``divergence``, ``simulation_limit``)."""
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise CaseDeclarationError(file, case, "reason", f"{field} must be a non-empty reason string; got {value!r}")
     return value

@@ -10,8 +10,9 @@ What the scan accepts (rule ``static-scan``): ``register(OpShardCase(...))``,
 ``register_sweep(...)`` calls as top-level statements of the module, with keyword arguments.
 For a sweep, the input shapes (``InputSpec((4, 8), ...)`` or ``shape=``) and the sweep's own
 options are read too, and :func:`meshtest.model.sweep.plan_sweep` derives its cases. ``name``, ``mesh_shape``,
-``mesh_dim_names``, ``tags``, ``needs_mesh`` and ``solo_launcher`` must be literals, or
-names bound once at module top level to a literal (``MESH = (2, 2)``). Other arguments
+``mesh_dim_names``, ``tags``, ``needs_mesh``, ``solo_launcher`` and ``known_failure`` must be
+literals (``known_failure``: a ``KnownFailure(...)`` call with literal keywords), or names bound
+once at module top level to one (``MESH = (2, 2)``). Other arguments
 (``fn``, ``inputs``, ...) are not read.
 
 This module is imported by the Pants plugin running on CPython 3.9: keep it stdlib-only
@@ -25,6 +26,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import CaseDeclarationError
 from . import rules, schema
+from .known import KnownFailure
 
 #: Constructors whose calls inside ``register(...)`` declare cases (the schema table's kinds).
 CASE_CONSTRUCTORS = tuple(schema.KINDS)
@@ -62,6 +64,8 @@ class ScannedCase:
     phase: Optional[int] = None
     #: why the one-process lane cannot run the case (``OpShardCase(simulation_limit=...)``)
     simulation_limit: Optional[str] = None
+    #: the failure the platform is known to have on the case (:class:`meshtest.model.known.KnownFailure`)
+    known_failure: Optional[KnownFailure] = None
 
     @property
     def world_size(self) -> int:
@@ -95,7 +99,9 @@ class ScannedCase:
 
     def to_json(self) -> dict:
         """JSON-able dict (tuples as lists); inverse of :meth:`from_json`."""
-        return {k: _lists(v) for k, v in self.__dict__.items()}
+        doc = {k: _lists(v) for k, v in self.__dict__.items()}
+        doc["known_failure"] = None if self.known_failure is None else self.known_failure.to_json()
+        return doc
 
     @staticmethod
     def from_json(d: dict) -> "ScannedCase":
@@ -122,6 +128,7 @@ class ScannedCase:
                                for shape, names in d.get("phase_meshes", ())),
             phase=d.get("phase"),
             simulation_limit=d.get("simulation_limit"),
+            known_failure=None if d.get("known_failure") is None else KnownFailure.from_json(d["known_failure"]),
         )
 
 
@@ -186,7 +193,25 @@ def _module_literals(tree: ast.Module) -> Dict[str, object]:
                     values[t.id] = ast.literal_eval(value)
                 except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                     values.pop(t.id, None)
+                    if _is_known_failure_call(value):
+                        values[t.id] = value  # a KnownFailure(...) call: read where a case names it
     return {k: v for k, v in values.items() if seen[k] == 1}
+
+
+def _is_known_failure_call(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and _callee_name(node.func) == "KnownFailure"
+
+
+def _known_failure(path: str, case: Optional[str], node: ast.Call, literals: Dict[str, object]) -> KnownFailure:
+    """A ``KnownFailure(kind=..., ...)`` call with literal keywords (or names bound to literals)."""
+    if node.args or any(k.arg is None for k in node.keywords):
+        raise CaseDeclarationError(path, case, "known-failure",
+                                   "KnownFailure(...) arguments must be given by keyword, as literals")
+    kw = {k.arg: _literal(path, case, f"KnownFailure {k.arg}=", k.value, literals) for k in node.keywords}
+    try:
+        return KnownFailure(**kw)  # type: ignore[arg-type]
+    except TypeError as e:
+        raise CaseDeclarationError(path, case, "known-failure", f"KnownFailure(...): {e}") from None
 
 
 def _is_register_call(node: ast.AST) -> bool:
@@ -349,10 +374,15 @@ def _scanned(path: str, name: str, mesh_shape: Tuple[int, ...], values: Dict[str
         capabilities=rules.check_capabilities(path, name, values.get("capabilities", ())),
         layer=rules.check_layer(path, name, values.get("layer")),
         simulation_limit=rules.check_reason(path, name, "simulation_limit", values.get("simulation_limit")),
+        known_failure=rules.check_known_failure(path, name, values.get("known_failure")),
     )
 
 
 def _literal(path: str, case: Optional[str], what: str, node: ast.AST, literals: Dict[str, object]) -> object:
+    if isinstance(node, ast.Name) and isinstance(literals.get(node.id), ast.Call):
+        node = literals[node.id]  # type: ignore[assignment]
+    if _is_known_failure_call(node):
+        return _known_failure(path, case, node, literals)  # type: ignore[arg-type]
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):

@@ -62,13 +62,13 @@ def _f(name: str, static: bool = False) -> CaseField:
 OP = CaseKind("op", "OpShardCase", (
     _f("name", True), _f("fn"), _f("inputs"), _f("placements"), _f("mesh_shape", True), _f("mesh_dim_names", True),
     _f("compare"), _f("tags", True), _f("derived_inputs"), _f("compare_outputs"), _f("needs_mesh", True),
-    _f("solo_launcher", True), _f("known_failure"), _f("grad_compare"), _f("timeout_s"), _f("output_placements"),
+    _f("solo_launcher", True), _f("known_failure", True), _f("grad_compare"), _f("timeout_s"), _f("output_placements"),
     _f("grad_placements"), _f("expect_raises"), _f("simulation_limit", True),
 ), fixed={"requires": (), "spec_id": None, "capabilities": (), "layer": None})
 
 SCENARIO = CaseKind("scenario", "ScenarioCase", (
     _f("name", True), _f("fn"), _f("mesh_shape", True), _f("mesh_dim_names", True), _f("tags", True),
-    _f("requires", True), _f("spec_id", True), _f("divergence"), _f("known_failure"), _f("solo_launcher", True),
+    _f("requires", True), _f("spec_id", True), _f("divergence"), _f("known_failure", True), _f("solo_launcher", True),
     _f("timeout_s"), _f("expect_raises"), _f("capabilities", True), _f("layer", True),
 ), fixed={"needs_mesh": True, "simulation_limit": None})
 
@@ -77,7 +77,7 @@ TRAIN = CaseKind("train", "TrainCase", (
     _f("optimizer"), _f("steps"), _f("grad_accum"), _f("batch_split"), _f("train_step"), _f("clip_grad_norm"),
     _f("compare"), _f("scheduler"), _f("phases"), _f("restore"), _f("stability"),
     _f("mesh_dim_names", True), _f("tags", True), _f("capabilities", True), _f("layer", True), _f("requires", True),
-    _f("spec_id", True), _f("known_failure"), _f("divergence"), _f("solo_launcher", True), _f("timeout_s"),
+    _f("spec_id", True), _f("known_failure", True), _f("divergence"), _f("solo_launcher", True), _f("timeout_s"),
 ), fixed={"needs_mesh": True, "simulation_limit": None})
 
 #: Every case kind, by constructor name.

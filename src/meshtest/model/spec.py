@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import CaseDeclarationError
 from . import rules, schema
+from .known import KnownFailure
 from .placement import Partial
 from .scan import ScannedCase
 
@@ -280,9 +281,12 @@ class OpShardCase(_Case):
         :mod:`meshtest.platforms.torch_local`) cannot give this case the real lane's verdict (a
         known limit of torch's rank simulation, as measured by ``tools/lane_diff.py``): the
         case then runs on real ranks only and is not tagged ``cpu_local``.
-    :param known_failure: reason the platform is known to get this case wrong (an upstream bug,
-        with its reference). The case still runs; failing is reported ``xfail``, passing is
-        reported ``xpass`` and fails the run so the mark gets removed.
+    :param known_failure: the failure the platform is known to have on this case
+        (:class:`meshtest.model.known.KnownFailure`: kind, step, message pattern, reason and the
+        upstream report). The case still runs; failing *that way* is reported ``xfail``, failing
+        another way ``fail`` (naming both), passing ``xpass``, which fails the run so the mark
+        gets removed. A static field: the scan reads it (a ``KnownFailure(...)`` call with
+        literal keywords, or a module-level name bound once to one).
     :param timeout_s: this case's deadline in seconds (default: the run's ``--case-timeout``,
         120 s). Past it every rank dumps its Python stacks into its log, the launch is killed,
         the case is reported ``timeout`` and the cases after it run in a fresh launch.
@@ -317,7 +321,7 @@ class OpShardCase(_Case):
     compare_outputs: Optional[Tuple[int, ...]] = None
     needs_mesh: bool = False
     solo_launcher: bool = False
-    known_failure: Optional[str] = None
+    known_failure: Optional[KnownFailure] = None
     grad_compare: Optional[CompareSpec] = None
     timeout_s: Optional[float] = None
     output_placements: Optional[Tuple[Optional[tuple], ...]] = None
@@ -381,9 +385,6 @@ class OpShardCase(_Case):
             raise CaseDeclarationError(file, name, "expected-placements",
                                        f"grad_placements has {len(grad_pl)} entries for {len(inputs)} input(s)")
         _check_timeout(file, name, self.timeout_s)
-        known = self.known_failure
-        if known is not None and (not isinstance(known, str) or not known.strip()):
-            raise CaseDeclarationError(file, name, "known-failure", "known_failure must be a non-empty reason string")
         return dataclasses.replace(
             self,
             mesh_shape=mesh_shape,
@@ -398,6 +399,7 @@ class OpShardCase(_Case):
             output_placements=out_pl,
             grad_placements=grad_pl,
             expect_raises=check_expect_raises(file, name, self.expect_raises),
+            known_failure=rules.check_known_failure(file, name, self.known_failure, self.expect_raises),
             simulation_limit=rules.check_reason(file, name, "simulation_limit", self.simulation_limit),
         )
 
@@ -451,7 +453,7 @@ class ScenarioCase(_Case):
     requires: Tuple[str, ...] = ()
     spec_id: Optional[str] = None
     divergence: Optional[str] = None
-    known_failure: Optional[str] = None
+    known_failure: Optional[KnownFailure] = None
     solo_launcher: bool = False
     timeout_s: Optional[float] = None
     expect_raises: Optional[Any] = None
@@ -481,7 +483,7 @@ class ScenarioCase(_Case):
             requires=rules.check_requires(file, name, self.requires),
             spec_id=rules.check_spec_id(file, name, self.spec_id),
             divergence=rules.check_reason(file, name, "divergence", self.divergence),
-            known_failure=rules.check_reason(file, name, "known_failure", self.known_failure),
+            known_failure=rules.check_known_failure(file, name, self.known_failure, self.expect_raises),
             solo_launcher=rules.check_flag(file, name, "solo_launcher", self.solo_launcher),
             expect_raises=check_expect_raises(file, name, self.expect_raises),
             capabilities=rules.check_capabilities(file, name, self.capabilities),

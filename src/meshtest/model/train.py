@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional, Tuple
 
 from ..errors import CaseDeclarationError
 from . import rules, schema
+from .known import KnownFailure
 from .spec import CompareSpec, _Case, _check_timeout
 
 #: Quantities a training case compares, in the order they are checked each step.
@@ -188,7 +189,7 @@ class TrainCase(_Case):
     layer: Optional[int] = None
     requires: Tuple[str, ...] = ()
     spec_id: Optional[str] = None
-    known_failure: Optional[str] = None
+    known_failure: Optional[KnownFailure] = None
     divergence: Optional[str] = None
     solo_launcher: bool = False
     timeout_s: Optional[float] = None
@@ -244,7 +245,7 @@ class TrainCase(_Case):
             capabilities=rules.check_capabilities(file, name, self.capabilities),
             layer=rules.check_layer(file, name, self.layer), requires=rules.check_requires(file, name, self.requires),
             spec_id=rules.check_spec_id(file, name, self.spec_id),
-            known_failure=rules.check_reason(file, name, "known_failure", self.known_failure),
+            known_failure=rules.check_known_failure(file, name, self.known_failure),
             divergence=rules.check_reason(file, name, "divergence", self.divergence),
             solo_launcher=rules.check_flag(file, name, "solo_launcher", self.solo_launcher))
 

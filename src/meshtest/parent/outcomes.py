@@ -15,8 +15,10 @@ from dataclasses import replace
 from typing import Dict, List, Mapping, Sequence
 
 from ..contract import GAVE_UP_EXIT, CaseOutcome, RankFailure, RankRecord
+from ..model.known import judge_crash
 from ..model.scan import ScannedCase
 from ..status import Status, worst
+from . import rank_logs
 from .launch import LaunchResult, describe_exit, rank_exit_codes, root_cause_rank, tail
 from .planner import Group
 
@@ -47,7 +49,6 @@ def aggregate(case: str, file: str, group: str, world_size: int, by_rank: Mappin
         status = Status.XFAIL
     return CaseOutcome(case, file, group, world_size, status, slowest, slowest_rank,
                        tuple(failures) if status is not Status.PASS else (),
-                       known_failure=next((r.known_failure for r in ordered if r.known_failure), ""),
                        launch_dir=launch_dir, divergence=next((r.divergence for r in ordered if r.divergence), ""),
                        detail=next((r.detail for r in ordered if r.detail), ""))
 
@@ -74,13 +75,22 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
     or ``crash``.
 
     Ranks that recorded a result keep it (a rank that passed and then waited at the
-    end-of-case fence is ``waited``); each other rank is reported with the step it was in and
-    the tail of its log (where a timed-out rank's stack dump is). Ranks that died come first,
-    then those killed or timed out, then those that recorded something.
+    end-of-case fence is ``waited``). A rank that died leads, with its own cause read from its
+    log (:func:`meshtest.parent.rank_logs.crash_cause`: the native error line, the signal and
+    the top frame — the same text on every run); its peers follow, each marked as a consequence
+    (``after rank 1 died: ...``: "connection reset" and the like vary from run to run). A rank
+    killed at the deadline is shown by the innermost frames of its stack dump. A case marked
+    ``known_failure=KnownFailure(kind="crash", ...)`` whose dead rank matches the declaration
+    (step and message) is ``xfail``; any other crash says what was expected.
     """
     by_rank = res.records.get(case.name, {})
     # exit codes from torchrun's failure report, or from msrun's line on a rank the watcher saw gone
     exits = {**res.dead_exit, **rank_exit_codes(os.path.join(res.out_dir, "launcher.log"))}
+    # the ranks that died on their own: a rank torchrun stopped with SIGTERM after another rank failed
+    # did not, nor one that gave up after a failed fence; of those that did, torchrun's first leads
+    died = ({r for r, code in exits.items() if code not in (0, GAVE_UP_EXIT, -signal.SIGTERM)}
+            | {r for r in res.dead if exits.get(r) != GAVE_UP_EXIT})
+    first = root_cause_rank(os.path.join(res.out_dir, "launcher.log"))
     failures = []
     # a local-lane launch: the worker process (its stream and log) that took the case simulated every rank
     worker = next((p for p, prog in sorted(res.progress.items()) if prog.case == case.name), 0)
@@ -96,22 +106,48 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
                     "a collective one rank skipped, added or reordered leaves the others blocked")))
             continue
         step = prog.step if prog is not None and prog.case == case.name else "not started"
-        log_tail = tail(os.path.join(res.out_dir, f"rank{proc}.log"), 12)
-        failures.append(RankFailure(rank, status, step or "?", (
-            f"{_why_missing(proc, res, exits)}\n-- last lines of rank{proc}.log:\n{log_tail}"
-            f"-- last lines of launcher.log:\n{tail(os.path.join(res.out_dir, 'launcher.log'))}")))
+        failures.append(RankFailure(rank, status, step or "?",
+                                    _unrecorded(case.name, proc, res, exits, proc in died and status is Status.CRASH)))
     slowest = max((r.duration_s for r in by_rank.values()), default=0.0)
-    # the rank that died first: its own last words matter, not its peers' "connection reset".
-    # A rank torchrun stopped with SIGTERM after another rank failed did not die on its own; of
-    # the ranks that did, the one torchrun observed first leads.
-    died = ({r for r, code in exits.items() if code not in (0, GAVE_UP_EXIT, -signal.SIGTERM)}
-            | {r for r in res.dead if exits.get(r) != GAVE_UP_EXIT})
-    first = root_cause_rank(os.path.join(res.out_dir, "launcher.log"))
     failures.sort(key=lambda f: (f.rank not in died, f.rank != first,
                                  f.status not in (Status.CRASH, Status.TIMEOUT), f.rank))
+    lead = failures[0] if failures and failures[0].rank in died else None
+    if lead is not None:
+        failures = [lead] + [replace(f, error=f"after rank {lead.rank} died: {f.error}") for f in failures[1:]]
+    known = case.known_failure
+    if status is Status.CRASH and known is not None and known.kind == "crash":
+        if lead is not None and judge_crash(known, lead.step, lead.error):
+            status = Status.XFAIL
+        else:
+            got = (f"rank {lead.rank} at step {lead.step}: {_first_line(lead.error)}" if lead
+                   else "no rank died on its own")
+            failures.insert(0, RankFailure(None, Status.CRASH, lead.step if lead else "?",
+                                           f"expected {known.expectation()}; got {got}"))
     return CaseOutcome(case.name, case.file, group.group_id, group.ranks_of(case), status, slowest, None,
                        tuple(failures),
                        launch_dir=os.path.basename(res.out_dir))
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _unrecorded(case: str, proc: int, res: LaunchResult, exits: Dict[int, int], died: bool) -> str:
+    """What a rank that recorded nothing for ``case`` says: a rank that died, its own cause
+    first (:func:`meshtest.parent.rank_logs.crash_cause`); any other, why it is missing and the
+    innermost frames of its stack dump (at the deadline, or at the SIGTERM that stopped it)."""
+    log = tail(os.path.join(res.out_dir, f"rank{proc}.log"), None)
+    why = _why_missing(proc, res, exits)
+    if died:
+        code = exits.get(proc, res.dead_exit.get(proc))
+        line, evidence = rank_logs.crash_cause(log, case, describe_exit(code) if code is not None else "exited")
+        if line is not None:
+            return "\n".join([line, why, f"-- rank{proc}.log, the failure (innermost frames first):", *evidence])
+    frames = rank_logs.innermost_frames(rank_logs.case_section(log, case))
+    if frames:
+        return "\n".join([why, f"-- rank{proc}.log, its stack (innermost frame first):", *frames])
+    return (f"{why}\n-- last lines of rank{proc}.log:\n{tail(os.path.join(res.out_dir, f'rank{proc}.log'), 12)}"
+            f"-- last lines of launcher.log:\n{tail(os.path.join(res.out_dir, 'launcher.log'))}")
 
 
 def not_run(cases: Sequence[ScannedCase], group: Group, reason: str) -> List[CaseOutcome]:

@@ -375,7 +375,9 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             raise
         finally:
             ids = {c.name: c.spec_id for c in cases if c.spec_id}
-            result.outcomes = [replace(o, spec_id=ids.get(o.case, o.spec_id)) for o in result.outcomes]
+            known = {c.name: c.known_failure.describe() for c in cases if c.known_failure}
+            result.outcomes = [replace(o, spec_id=ids.get(o.case, o.spec_id), known_failure=known.get(o.case, ""))
+                               for o in result.outcomes]
             emit(reporter.summary_lines(result.outcomes, result.notes))
             write_evidence(opts.artifacts_dir, result.outcomes, result.notes)
     return result

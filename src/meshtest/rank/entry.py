@@ -47,11 +47,12 @@ from ..contract import (
 )
 from ..errors import CaseFileError, MeshtestError
 from ..model import rules
+from ..model.known import judge
 from ..model.registry import BrokenCase, Registry, check_against_scan, load_case_file
 from ..model.scan import ScannedCase, scan_case_file
 from ..platforms.backend import ShardBackend, load_backend
 from ..proctree import die_with_parent
-from ..status import Status, with_known_failure
+from ..status import Status
 from . import pipeline
 from .train import CaseFiles, PhaseRun
 
@@ -103,14 +104,15 @@ def deadline_s(case: Any, plan: LaunchPlan) -> float:
     return float(getattr(case, "timeout_s", None) or plan.case_timeout_s)
 
 
-def fails_suite(backend: ShardBackend, case: Any, status: Status) -> bool:
+def fails_suite(backend: ShardBackend, judged: Status) -> bool:
     """Collective: whether the case's outcome over all ranks fails the suite (every rank gets
-    the same answer). A plain case fails when any rank did not pass (``unsupported`` is not a
-    failure); a ``known_failure`` case only when every rank passed (``xpass``), as the
-    aggregation rule says (:func:`meshtest.parent.outcomes.aggregate`)."""
-    if case is not None and case.known_failure is not None:
-        return not backend.any_rank(status is not Status.PASS)
-    return backend.any_rank(status not in (Status.PASS, Status.UNSUPPORTED))
+    the same answer), from each rank's judged status (after the known-failure judgement): some
+    rank failed (fail, error), or every rank passed a case marked ``known_failure`` (``xpass``);
+    one rank's ``xpass`` beside another's ``xfail`` is an ``xfail``, as the aggregation rule
+    says (:func:`meshtest.parent.outcomes.aggregate`)."""
+    failed = backend.any_rank(judged.failing and judged is not Status.XPASS)
+    not_all_xpass = backend.any_rank(judged is not Status.XPASS)
+    return failed or not not_all_xpass
 
 
 def case_seed(name: str) -> int:
@@ -151,9 +153,10 @@ def isolated(result: pipeline.StepResult, changes: List[str]) -> pipeline.StepRe
 
 
 def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: ShardBackend, mesh: Any,
-            out: RankStream, simulated: Sequence[int] = ()) -> Status:
-    """Run one case under its deadline, isolated from the cases around it, and record it;
-    returns the raw status.
+            out: RankStream, simulated: Sequence[int] = ()) -> Tuple[Status, Status]:
+    """Run one case under its deadline, isolated from the cases around it, and record it, judged
+    against its known failure (:func:`meshtest.model.known.judge`); returns (raw status, judged
+    status).
 
     :param simulated: the ranks this process simulates (the local lane): one record each, all
         with this process's result; empty: one record, for ``rank``.
@@ -182,12 +185,11 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
         result = isolated(result, changes)
     faulthandler.cancel_dump_traceback_later()
     elapsed = time.perf_counter() - t0
+    status, error = judge(case.known_failure, result.status, result.step, result.error)
     for r in simulated or (rank,):
-        out.emit(RankRecord(case.name, sc.file, plan.group_id, r,
-                            with_known_failure(result.status, case.known_failure is not None), result.step,
-                            elapsed, result.error, case.known_failure or "", result.detail,
+        out.emit(RankRecord(case.name, sc.file, plan.group_id, r, status, result.step, elapsed, error, result.detail,
                             getattr(case, "divergence", None) or ""))
-    return result.status
+    return result.status, status
 
 
 @contextlib.contextmanager
@@ -241,7 +243,7 @@ def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend
         case = cases.get(sc.name)
         if sc.file in load_errors:
             out.emit(RankRecord(sc.name, sc.file, plan.group_id, rank, Status.ERROR, "load", 0.0, load_errors[sc.file]))
-            status = Status.ERROR
+            status = judged = Status.ERROR
         else:
             # each case's own mesh (shape and axis names; an op case whose names are labels still sees
             # them, x.device_mesh["tp"]): the launch keeps one mesh per (shape, names), over the same
@@ -252,7 +254,7 @@ def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend
             if key not in meshes:
                 replicas = backend.world_size() // rules.world_size(sc.mesh_shape)
                 meshes[key] = backend.make_mesh(*key) if replicas == 1 else backend.make_replicated_mesh(*key, replicas)
-            status = run_one(case, sc, plan, rank, backend, meshes[key], out)
+            status, judged = run_one(case, sc, plan, rank, backend, meshes[key], out)
         # Every rank, after every case: a bounded barrier. A rank that skipped a collective waits
         # here instead of pairing with its peers' next case. Only rank 0 applies the fence timeout
         # (gloo's monitored_barrier); the others wait at most the process-group timeout, which the
@@ -263,7 +265,7 @@ def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend
             log.info("case %s: not every rank reached its end within %.0fs (after %s here); giving up this launch",
                      sc.name, fence_s, status)
             return backend, True
-        if plan.fail_fast and fails_suite(backend, case, status):
+        if plan.fail_fast and fails_suite(backend, judged):
             log.info("fail-fast gate: stopping after %s failed", sc.name)
             out.emit(Stopped(sc.name))
             break
@@ -317,7 +319,7 @@ def run_local_plan(plan: LaunchPlan, out: RankStream, cases: Dict[str, Any], loa
             for r in ranks:
                 out.emit(RankRecord(sc.name, sc.file, plan.group_id, r, Status.ERROR, "load", 0.0,
                                     load_errors[sc.file]))
-            status = Status.ERROR
+            judged = Status.ERROR
         else:
             if backend.world_size() != sc.world_size:
                 backend.set_world(sc.world_size)
@@ -325,8 +327,8 @@ def run_local_plan(plan: LaunchPlan, out: RankStream, cases: Dict[str, Any], loa
             key = (sc.mesh_shape, sc.mesh_dim_names or rules.normalised_dim_names(len(sc.mesh_shape)))
             if key not in meshes:
                 meshes[key] = backend.make_mesh(*key)
-            status = run_one(case, sc, plan, worker, backend, meshes[key], out, simulated=ranks)
-        if plan.fail_fast and fails_suite(backend, case, status):
+            _, judged = run_one(case, sc, plan, worker, backend, meshes[key], out, simulated=ranks)
+        if plan.fail_fast and fails_suite(backend, judged):
             log.info("fail-fast gate: stopping after %s failed", sc.name)
             queue.stop()
             out.emit(Stopped(sc.name))

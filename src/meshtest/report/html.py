@@ -23,7 +23,7 @@ _TEMPLATE = """<!doctype html>
 <style>
 body{font-family:sans-serif;margin:1.5em} table{border-collapse:collapse;margin-bottom:1.5em}
 td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;font-size:13px}
-.pass,.xfail{background:#d9f2d9} .fail,.error,.crash,.timeout,.missing,.xpass{background:#f8d0d0}
+.pass{background:#d9f2d9} .xfail{background:#d8e4f8} .fail,.error,.crash,.timeout,.missing,.xpass{background:#f8d0d0}
 .not_run{background:#eee} .unsupported{background:#fff3c4} .waited{background:#fde2c8}
 pre{margin:2px 0;white-space:pre-wrap;max-width:70em;font-size:12px}
 figure.curve{margin:4px 0} figcaption{font-size:11px}

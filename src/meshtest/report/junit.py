@@ -2,9 +2,11 @@
 
 Written with the ``junitparser`` library. A failing case carries a ``<failure>`` (comparison)
 or ``<error>`` (anything else: exception, crash, timeout, missing rank) whose message names
-the ranks and the step, and whose text is the report's detail lines. ``xfail`` cases pass with
-a ``system-out`` note; ``xpass`` is a failure (the known-failure mark must go); ``unsupported``
-is ``<skipped type="unsupported">`` whose message names the missing platform feature.
+the ranks and the step, and whose text is the report's detail lines. ``xfail`` is
+``<skipped type="pytest.xfail">`` with the known failure as its message, as pytest writes an
+xfail (a CI browser counts it apart from passes); ``xpass`` is a failure (the known-failure mark
+must go); ``unsupported`` is ``<skipped type="unsupported">`` whose message names the missing
+platform feature.
 """
 from __future__ import annotations
 
@@ -44,12 +46,14 @@ def write_junit(path: str, outcomes: Sequence[CaseOutcome]) -> None:
                 case.result = [result]
             elif o.status is Status.UNSUPPORTED:
                 case.result = [Skipped(_message(o), Status.UNSUPPORTED.value)]
+            elif o.status is Status.XFAIL:
+                case.result = [Skipped(f"known failure: {o.known_failure}" if o.known_failure else _message(o),
+                                       "pytest.xfail")]
+                case.system_out = "known failure (xfail) reproduced: " + _message(o)
             elif not o.status.passing:
                 result = Error(_message(o), o.status.value)
                 result.text = format_outcome(o)
                 case.result = [result]
-            elif o.status is Status.XFAIL:
-                case.system_out = "known failure (xfail): " + _message(o)
             suite.add_testcase(case)
         xml.add_testsuite(suite)
     xml.write(path, pretty=True)

@@ -1,0 +1,74 @@
+"""Known-failure fixtures: a mark passes only the failure it declares (tag ``cpu_faults``: no gate
+runs these; src/tests/test_known_failures_torch.py does, and asserts each verdict).
+
+- ``kf_typo_before_the_bug``: marked as torch's missing ``fill_.Tensor`` rule at step ``run``,
+  but ``fn`` has a typo that raises at ``reference``: ``fail``, naming what was expected and what
+  happened (before the strict mark this was ``xfail``);
+- ``kf_reproduced``: the declared raise at the declared step: ``xfail``;
+- ``kf_fixed``: marked, but passes: ``xpass`` (the mark must go);
+- ``kf_declared_crash``: a rank aborts inside gloo's size check at ``gather`` (every rank's
+  output claims another global shape): the declared crash, ``xfail``;
+- ``kf_other_crash``: the same abort under a mark expecting another message: ``crash``, saying
+  what was expected.
+
+By hand: ``python -m meshtest run cases/faults/case_faults_known.py --tag cpu_faults``.
+"""
+from meshtest import CompareSpec, InputSpec, KnownFailure, OpShardCase, Replicate, Shard, register
+
+FAULTS = ("cpu_faults",)
+NO_FILL_RULE = KnownFailure(kind="raises", step="run", match=r"NotImplementedError: .*aten\.fill_\.Tensor",
+                            reason="aten.fill_.Tensor has no DTensor sharding strategy",
+                            upstream="docs/torch-bugs.md#fill-tensor-strategy")
+SIZE_CHECK = KnownFailure(kind="crash", step="gather", match=r"Received data size doesn't match expected size",
+                          reason="the output's global shape differs per rank, and gloo aborts the rank on the "
+                                 "size check of the gather",
+                          upstream="docs/torch-bugs.md#fill-tensor-strategy")
+OTHER_CRASH = KnownFailure(kind="crash", step="gather", match=r"NCCL watchdog timeout",
+                           reason="a crash this case does not have", upstream="pytorch/pytorch#1")
+
+
+def typo_then_setitem(y):
+    y = y.dobule()  # noqa: the typo under test (AttributeError at step reference)
+    y[:, 1] = 5.0
+    return y
+
+
+def setitem_column(y):
+    y = y.clone()
+    y[:, 1] = 5.0
+    return y
+
+
+def doubled(x):
+    return x * 2.0
+
+
+def global_shape_differs_per_rank(x):
+    """On the distributed path, each rank's output claims a different global shape, so the
+    gather's collective sizes disagree and gloo aborts a rank."""
+    if not hasattr(x, "placements"):
+        return x
+    import torch
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import Shard as TorchShard
+
+    r = x.device_mesh.get_rank()
+    local = torch.ones(2 + 3 * r, 4)
+    return DTensor.from_local(local, x.device_mesh, [TorchShard(0)], run_check=False,
+                              shape=torch.Size((4 + 12 * r, 4)), stride=(4, 1))
+
+
+register(OpShardCase(name="kf_typo_before_the_bug", fn=typo_then_setitem, inputs=[InputSpec((4, 6))],
+                     placements=[(Shard(0),)], mesh_shape=(2,), compare=CompareSpec.equal(), tags=FAULTS,
+                     known_failure=NO_FILL_RULE))
+register(OpShardCase(name="kf_reproduced", fn=setitem_column, inputs=[InputSpec((4, 6))],
+                     placements=[(Shard(0),)], mesh_shape=(2,), compare=CompareSpec.equal(), tags=FAULTS,
+                     known_failure=NO_FILL_RULE))
+register(OpShardCase(name="kf_fixed", fn=doubled, inputs=[InputSpec((4, 6))], placements=[(Shard(0),)],
+                     mesh_shape=(2,), compare=CompareSpec.equal(), tags=FAULTS, known_failure=NO_FILL_RULE))
+register(OpShardCase(name="kf_declared_crash", fn=global_shape_differs_per_rank, inputs=[InputSpec((4, 4))],
+                     placements=[(Replicate(),)], mesh_shape=(2,), compare=CompareSpec.equal(), tags=FAULTS,
+                     known_failure=SIZE_CHECK))
+register(OpShardCase(name="kf_other_crash", fn=global_shape_differs_per_rank, inputs=[InputSpec((4, 4))],
+                     placements=[(Replicate(),)], mesh_shape=(2,), compare=CompareSpec.equal(), tags=FAULTS,
+                     known_failure=OTHER_CRASH))
