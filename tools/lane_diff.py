@@ -10,27 +10,33 @@ Every ``results.jsonl`` one level under each ROOT is read (``./pants test`` leav
 run in ``dist/test/<target>/``; ``python -m meshtest run --artifacts-dir D`` leaves ``D/results.jsonl``,
 so pass ``D``'s parent, or ``D`` itself). An outcome belongs to the local lane when its launch
 group is the local one (``local``), else to the real lane; the newest result per case
-and lane is kept. Printed: how many cases both lanes ran and agree on; each disagreement (case,
-file, both verdicts, the local lane's failing step and first line); the cases the local lane
-ran that no real-lane run covers; and the cases that declare a ``simulation_limit`` (they run on
-real ranks only), with their reasons, read from the case files' static scan.
+and lane is kept. Two lanes agree on a case when its verdict is the same: its status, the step
+it failed at and the kind of error (``mismatch`` for a comparison, the exception's type for an
+error, the status otherwise) — an ``error`` at ``run`` with a ``NotImplementedError`` in one lane
+and a ``TypeError`` in the other disagree. Printed: how many cases both lanes ran and agree on;
+each disagreement (case, both verdicts with step and kind, the first line); the cases only one
+lane ran; the eligible cases the local lane skipped (a real-lane case whose static scan says the
+lane runs it — ``cpu_level0``, no ``simulation_limit`` — with no local result); and the cases
+that declare a ``simulation_limit`` (they run on real ranks only), with their reasons.
 
 A disagreement is a bug to fix — in meshtest's simulation backend
 (``src/meshtest/platforms/torch_local.py``) or in torch's simulator — or a known limit of the
 simulation, which the case then declares (``OpShardCase(simulation_limit="...")``) so that the
-local lane no longer runs it. Exit code 1 when there is a disagreement or nothing to compare.
-Reads files only; stdlib only.
+local lane no longer runs it. Exit code 1 when there is a disagreement, when the local lane
+skipped an eligible case, or when there is nothing to compare. Reads files only; stdlib only.
 """
 from __future__ import annotations
 
 import os
+import re
 import sys
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 from meshtest.contract import CaseOutcome  # noqa: E402
 from meshtest.model.scan import scan_case_file  # noqa: E402
 from meshtest.report.results import read_results, results_files  # noqa: E402
+from meshtest.status import Status  # noqa: E402
 
 #: Launch-group id of the one-process lane (:func:`meshtest.parent.planner.plan_local_groups`).
 LOCAL_GROUP = "local"
@@ -48,10 +54,43 @@ def by_lane(paths: List[str]) -> Tuple[Dict[str, CaseOutcome], Dict[str, CaseOut
     return local, ranks
 
 
+_EXCEPTION = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|NotMet))\b")
+
+
+def error_kind(o: CaseOutcome) -> str:
+    """The kind of a verdict's failure: ``mismatch`` (a failed comparison or assertion), the
+    exception's type for an error or a known failure (the first ``...Error``/``...Exception`` of
+    its first line), the status otherwise (``pass``, ``unsupported``, ``crash`` ...)."""
+    if o.status is Status.FAIL:
+        return "mismatch"
+    if o.status in (Status.ERROR, Status.XFAIL):
+        m = _EXCEPTION.search(_first_line(o))
+        return m.group(1) if m else o.status.value
+    return o.status.value
+
+
+def verdict(o: CaseOutcome) -> Tuple[str, str, str]:
+    """(status, failing step, error kind): what two lanes must agree on."""
+    return o.status.value, next((f.step for f in o.failures), ""), error_kind(o)
+
+
 def disagreements(local: Dict[str, CaseOutcome], ranks: Dict[str, CaseOutcome]) -> List[Tuple[str, CaseOutcome,
                                                                                                 CaseOutcome]]:
-    """The cases both lanes ran whose statuses differ: (key, local outcome, real outcome)."""
-    return [(k, local[k], ranks[k]) for k in sorted(local) if k in ranks and local[k].status != ranks[k].status]
+    """The cases both lanes ran whose verdicts (:func:`verdict`) differ: (key, local outcome, real outcome)."""
+    return [(k, local[k], ranks[k]) for k in sorted(local) if k in ranks and verdict(local[k]) != verdict(ranks[k])]
+
+
+def skipped_eligible(local: Dict[str, CaseOutcome], ranks: Dict[str, CaseOutcome]) -> Tuple[List[str], int]:
+    """(keys of the real-lane cases the local lane should have run and did not, eligible count):
+    a case is eligible when it ran on real ranks and its file's static scan says the one-process
+    lane runs it (``ScannedCase.local_lane``)."""
+    lane: Dict[str, Optional[bool]] = {}
+    for f in sorted({o.file for o in ranks.values()}):
+        if os.path.isfile(f):
+            scan = scan_case_file(f)
+            lane.update((f"{f}::{c.name}", c.local_lane) for c in scan.cases)
+    eligible = [k for k, o in ranks.items() if o.status.counts_as_run and lane.get(k)]
+    return sorted(k for k in eligible if k not in local), len(eligible)
 
 
 def declared_limits(files: List[str]) -> List[Tuple[str, str, str]]:
@@ -61,6 +100,11 @@ def declared_limits(files: List[str]) -> List[Tuple[str, str, str]]:
         if os.path.isfile(f):
             out += [(f, c.name, c.simulation_limit) for c in scan_case_file(f).cases if c.simulation_limit]
     return out
+
+
+def _show(o: CaseOutcome) -> str:
+    status, step, kind = verdict(o)
+    return status + (f" at {step}" if step else "") + (f" ({kind})" if kind != status else "")
 
 
 def _first_line(o: CaseOutcome) -> str:
@@ -77,12 +121,17 @@ def main(argv: List[str]) -> int:
           f"both ran {len(both)}, agree on {len(both) - len(differ)}, disagree on {len(differ)}")
     for key, lo, ro in differ:
         why = _first_line(lo) or _first_line(ro)
-        step = next((f.step for f in lo.failures), "") or next((f.step for f in ro.failures), "")
-        print(f"  DIFFER {key}: local {lo.status}, ranks {ro.status}" + (f" (step {step}: {why})" if why else ""))
-    uncovered = sorted(k for k in local if k not in ranks)
-    if uncovered:
-        print(f"  {len(uncovered)} case(s) ran only in the local lane (no real-lane result here): "
-              + ", ".join(k.split("::", 1)[1] for k in uncovered[:10]) + (" ..." if len(uncovered) > 10 else ""))
+        print(f"  DIFFER {key}: local {_show(lo)}, ranks {_show(ro)}" + (f" ({why})" if why else ""))
+    for lane, mine, other in (("the local lane", local, ranks), ("the real lane", ranks, local)):
+        only = sorted(k for k in mine if k not in other)
+        if only:
+            print(f"  {len(only)} case(s) ran only in {lane}: "
+                  + ", ".join(k.split("::", 1)[1] for k in only[:10]) + (" ..." if len(only) > 10 else ""))
+    skipped, eligible = skipped_eligible(local, ranks)
+    print(f"  the local lane ran {eligible - len(skipped)} of the {eligible} eligible case(s) the real lane ran")
+    if skipped:
+        print(f"  SKIPPED by the local lane ({len(skipped)} eligible): "
+              + ", ".join(skipped[:10]) + (" ..." if len(skipped) > 10 else ""))
     limits = declared_limits([o.file for o in list(local.values()) + list(ranks.values())])
     for f, case, reason in limits:
         print(f"  real ranks only: {f}::{case}: {reason}")
@@ -90,7 +139,7 @@ def main(argv: List[str]) -> int:
         print("nothing to compare: run both lanes first, e.g. ./pants --tag=cpu_level0 test cases:: and "
               "./pants --tag=cpu_local test cases::")
         return 1
-    return 1 if differ else 0
+    return 1 if differ or skipped else 0
 
 
 if __name__ == "__main__":

@@ -5,21 +5,31 @@ once (from the newest run that recorded it), so a case run at two gates is not c
 
 When cases carry test-plan IDs (``spec_id``), it also prints the ID table over all runs.
 
-What passes, fails or neither is meshtest's own rule (``meshtest.status``): ``pass`` and
-``xfail`` pass; ``unsupported`` and ``not_run`` are neither (listed); every other status fails.
+What passes, fails or neither is meshtest's own rule (``meshtest.status``): ``pass`` passes,
+``xfail`` (a known failure reproduced as declared) is counted apart; ``unsupported`` and
+``not_run`` are neither (listed); every other status fails.
+
+Golden curves: every passing training case whose committed curve
+(``<case file dir>/golden/<case>.json``, relative to the repository root) stores losses must
+record a curve comparison (a ``golden curve: N step(s) ...`` note in its outcome); one that
+does not — its curve was not in the test's sandbox, or the check did not run — fails this
+summary, named.
 
 Usage: ``python3 tools/results_summary.py [dist/test]``. Exit code 1 when a recorded case
-failed (or no results were found), else 0. Reads files only; stdlib only.
+failed, a curve was not compared (or no results were found), else 0. Reads files only; stdlib only.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "src"))
 from meshtest.contract import CaseOutcome  # noqa: E402
-from meshtest.report.reporter import spec_table  # noqa: E402
+from meshtest.model.rules import GOLDEN_NOTE  # noqa: E402
+from meshtest.report.reporter import closing_line, counts, spec_table  # noqa: E402
 from meshtest.report.results import collect  # noqa: E402
 from meshtest.status import Status  # noqa: E402
 
@@ -38,12 +48,30 @@ def spec_table_lines(cases: Dict[str, CaseOutcome]) -> List[str]:
     return ["all runs: " + line if i == 0 else line for i, line in enumerate(lines)]
 
 
+def golden_curves(cases: Dict[str, CaseOutcome], repo: str) -> Tuple[List[str], List[str]]:
+    """(compared, not compared): passing cases with a committed curve that stores losses, split by
+    whether their outcome records a comparison (:data:`meshtest.model.rules.GOLDEN_NOTE`)."""
+    compared, missed = [], []
+    for key, o in sorted(cases.items()):
+        path = os.path.join(repo, os.path.dirname(o.file), "golden", f"{o.case}.json")
+        if o.status is not Status.PASS or not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            if "losses" not in json.load(f):
+                continue
+        done = any(ln.startswith(GOLDEN_NOTE) and " step(s) " in ln for ln in o.detail.splitlines())
+        (compared if done else missed).append(key)
+    return compared, missed
+
+
 def _line(target: str, outcomes: List[CaseOutcome]) -> str:
     ok = sum(o.status.passing for o in outcomes)
+    xfail = sum(o.status is Status.XFAIL for o in outcomes)
     unsupported = sum(o.status is Status.UNSUPPORTED for o in outcomes)
     not_run = sum(o.status is Status.NOT_RUN for o in outcomes)
     bad = [f"{o.case}={o.status}" for o in outcomes if o.status.failing]
     return (f"{target}: {ok}/{len(outcomes)} passed"
+            + (f", {xfail} xfailed" if xfail else "")
             + (f", {unsupported} unsupported on platform" if unsupported else "")
             + (f", {not_run} not run (fail-fast)" if not_run else "")
             + (f"; failing: {', '.join(bad)}" if bad else ""))
@@ -59,16 +87,12 @@ def main(argv: List[str]) -> int:
     cases = newest_per_case(root, found)
     for line in spec_table_lines(cases):
         print(line)
-    passed = sum(o.status.passing for o in cases.values())
-    failed = sum(o.status.failing for o in cases.values())
-    unsupported = sum(o.status is Status.UNSUPPORTED for o in cases.values())
-    not_run = sum(o.status is Status.NOT_RUN for o in cases.values())
-    if unsupported:
-        print(f"meshtest: {unsupported} unsupported on platform")
-    if not_run:
-        print(f"meshtest: {not_run} not run (a fail-fast gate stopped first)")
-    print(f"meshtest: {passed} passed, {failed} failed")
-    return 0 if found and not failed else 1
+    compared, missed = golden_curves(cases, REPO)
+    print(f"golden curves: {len(compared)} passing case(s) with a committed curve compared with it"
+          + (f"; NOT compared ({len(missed)}): {', '.join(missed)}" if missed else ""))
+    c = counts(list(cases.values()))
+    print(closing_line(c))
+    return 0 if found and not any(s.failing for s in c) and not missed else 1
 
 
 if __name__ == "__main__":

@@ -118,9 +118,16 @@ def _parser() -> argparse.ArgumentParser:
                                    "names an unknown ID")
     i.add_argument("manifest", help="file with one 'ID<TAB>feature' line per test-plan item")
     i.add_argument("files", nargs="+")
-    v = sub.add_parser("coverage", help="the capability domain x layer matrix of training cases (seed 001)")
+    v = sub.add_parser("coverage", help="the capability domain x layer matrix of training cases (seed 001): "
+                                        "what runs on a platform, or what a run's results show")
     v.add_argument("manifest", help="file with one 'domain<TAB>description' line per capability domain")
     v.add_argument("files", nargs="+")
+    v.add_argument("--platform", default="",
+                   help="judge each cell by the platform's probed features (e.g. torch): covered only by a case "
+                        "that can run there")
+    v.add_argument("--results", action="append", default=[], metavar="DIR",
+                   help="judge each cell by a run's results (results.jsonl files or dist/test): covered only by "
+                        "a case that passed or reproduced its known failure (repeatable)")
     _strength_parsers(sub)
     return ap
 
@@ -160,10 +167,24 @@ def _strength_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slot-dir", default="", help="the device-slot pool's lock directory (as for `run`)")
 
 
-def _cmd_coverage(manifest: str, files: Sequence[str]) -> int:
-    from .report import coverage
+def _cmd_coverage(manifest: str, files: Sequence[str], platform: str, results: Sequence[str]) -> int:
+    """The capability matrix, judged from ``results`` (newest outcome per ``file::case``), else from
+    ``platform``'s probed features (its backend is loaded for that), else only declared."""
+    from functools import partial
 
-    return _manifest_report(manifest, files, coverage.read_domains, coverage.coverage, coverage.format_coverage)
+    from .report import coverage
+    from .report.results import read_results, results_files
+
+    statuses = None
+    if results:
+        statuses = {f"{o.file}::{o.case}": o.status for path in results_files(results) for o in read_results(path)}
+    features = None
+    if platform and statuses is None:
+        from .platforms.backend import load_backend
+
+        features = load_backend(platform).features()
+    match = partial(coverage.coverage, features=features, results=statuses, platform=platform)
+    return _manifest_report(manifest, files, coverage.read_domains, match, coverage.format_coverage)
 
 
 def _manifest_report(manifest: str, files: Sequence[str], read, match, fmt) -> int:
@@ -355,7 +376,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "ids":
             return _cmd_ids(args.manifest, args.files)
         if args.command == "coverage":
-            return _cmd_coverage(args.manifest, args.files)
+            return _cmd_coverage(args.manifest, args.files, args.platform, args.results)
         if args.command == "progress":
             return _cmd_progress(args.slot_dir, args.watch)
     except BrokenPipeError:  # `... scan | head`: the reader left; stop quietly

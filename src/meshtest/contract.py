@@ -213,7 +213,10 @@ class RankStarted:
 
 @dataclass(frozen=True)
 class CaseStarted:
-    """A rank began a case; ``t`` is Unix time, ``timeout_s`` the case's deadline."""
+    """A rank began a case; ``t`` is Unix time, ``timeout_s`` the case's deadline.
+
+    In every rank event, ``case`` is the case's ID, ``file::name``
+    (:attr:`meshtest.model.scan.ScannedCase.id`): two files may name a case alike."""
 
     EVENT: ClassVar[str] = "start"
     case: str
@@ -232,7 +235,7 @@ class StepEntered:
 
 @dataclass(frozen=True)
 class RankRecord:
-    """One rank's result for one case.
+    """One rank's result for one case (``case``: its ID, ``file::name``).
 
     :ivar status: one of :data:`meshtest.status.RANK_STATUSES`, judged against the case's
         ``known_failure`` (:func:`meshtest.model.known.judge`).

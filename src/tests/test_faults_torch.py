@@ -103,18 +103,22 @@ def test_skipped_collective_is_a_timeout_in_its_own_case(fault_run):
     assert (skip0[0]["status"], skip0[0]["step"]) == ("waited", "fence")
 
 
-@pytest.mark.parametrize("case,rank,why", [
-    ("fault_exit", 1, "the rank died (exit 7) before recording the case"),
-    ("fault_segv", 1, "the rank died (killed by SIGSEGV) before recording the case"),
-    ("fault_sigkill", 0, "the rank died (killed by SIGKILL) before recording the case"),
+@pytest.mark.parametrize("case,rank,lead,why", [
+    ("fault_exit", 1, "the rank died (exit 7) before recording the case", ""),
+    # a dump in the rank's log: its own cause leads, the same text on every run (no pid, sandbox path)
+    ("fault_segv", 1, "died (killed by SIGSEGV): Fatal Python error: Segmentation fault; top frame "
+                      "cases/faults/case_faults.py:", "the rank died (killed by SIGSEGV) before recording the case"),
+    ("fault_sigkill", 0, "the rank died (killed by SIGKILL) before recording the case", ""),
 ])
-def test_crash_names_the_rank_its_exit_and_its_log_tail(fault_run, case, rank, why):
+def test_crash_names_the_rank_its_exit_and_its_log_tail(fault_run, case, rank, lead, why):
     _, _, _, results = fault_run
     f = _by_rank(results[case])[rank]
     assert (f["status"], f["step"]) == ("crash", "compute")
-    assert f["error"].startswith(why) and f"-- last lines of rank{rank}.log:" in f["error"]
+    assert f["error"].startswith(lead) and why in f["error"], f["error"]
+    assert f"-- last lines of rank{rank}.log:" in f["error"] or f"-- rank{rank}.log, the failure" in f["error"]
     # the crashed rank's own last words come first, before its peer's "connection reset"
     assert results[case]["failures"][0]["rank"] == rank
+    assert all(p["error"].startswith(f"after rank {rank} died: ") for p in results[case]["failures"][1:])
 
 
 def test_a_leaked_global_setting_is_the_leaking_case_error_and_the_next_case_is_clean(fault_run):
@@ -177,7 +181,8 @@ def test_teardown_abort_keeps_results_but_an_abort_before_recording_is_a_crash(t
         "teardown_abort_before_recording": "crash"}, text
     assert "teardown warning: launch w2 ended with exit 1 after every rank recorded every case" in text
     t3 = _by_rank(results["teardown_abort_before_recording"])
-    assert t3[1]["error"].startswith("the rank died (killed by SIGABRT) before recording the case")
+    assert t3[1]["error"].startswith("died (killed by SIGABRT): Fatal Python error: Aborted; top frame cases/faults/")
+    assert "the rank died (killed by SIGABRT) before recording the case" in t3[1]["error"]
     assert proc.returncode == 1  # only because of the abort before recording
     _assert_nothing_leaked(tmp_path, out)
 

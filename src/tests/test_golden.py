@@ -11,6 +11,7 @@ import pytest
 
 import meshtest
 from meshtest import CompareSpec, TrainCase, TrainCompare
+from meshtest.model.rules import NO_GOLDEN_NOTE
 from meshtest.model.scan import scan_case_file
 from meshtest.platforms.backend import TrainSnapshot
 from meshtest.rank.compare import CompareError
@@ -56,7 +57,7 @@ def test_the_same_build_compares_exactly_and_names_the_step(tmp_path):
     path = _golden(tmp_path, [1.5, 0.75])
     notes = []
     check_golden(_case(), _run(1.5, 0.75), path, BUILD, notes)
-    assert notes == []
+    assert notes == ["golden curve: 2 step(s) from step 0 equal to g.json"]  # the comparison is on record
     with pytest.raises(CompareError, match=r"step 1 loss 0\.75000\d* != stored 0\.75 .*"
                                            r"tools/golden_curves.py --write cases/x/case_g.py$"):
         check_golden(_case(), _run(1.5, np.nextafter(np.float32(0.75), np.float32(1))), path, BUILD, notes,
@@ -70,15 +71,21 @@ def test_a_new_torch_release_compares_exactly_another_cpu_path_within_the_tolera
         check_golden(_case(), close, path, {**BUILD, "torch": "2.14.0+cpu"}, [])
     notes = []
     check_golden(_case(), close, path, {**BUILD, "cpu_capability": "AVX512"}, notes)
-    assert "compared within the loss tolerance" in notes[0]
+    assert notes[0].startswith("golden curve: 2 step(s) from step 0 within the loss tolerance of (recorded with")
     with pytest.raises(CompareError, match="step 1 loss"):
         check_golden(_case(), _run(1.5, 0.8), path, {**BUILD, "cpu_capability": "AVX512"}, [])
 
 
-def test_no_golden_file_is_a_note_and_a_curve_where_none_was_stored_fails(tmp_path):
+def test_a_new_case_without_a_curve_is_a_note_and_missing_curves_fail(tmp_path):
     notes = []
     check_golden(_case(), _run(1.0), str(tmp_path / "none.json"), BUILD, notes)
-    assert "no golden curve at" in notes[0]
+    assert notes[0].startswith(NO_GOLDEN_NOTE)
+    # the golden directory is not there (a Pants target without its curves): the case fails
+    with pytest.raises(CompareError, match=r"golden curves: .*/absent/ is not in this run's files"):
+        check_golden(_case(), _run(1.0), str(tmp_path / "absent" / "g.json"), BUILD, [])
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(CompareError, match=r"bad.json cannot be read"):
+        check_golden(_case(), _run(1.0), str(tmp_path / "bad.json"), BUILD, [])
     path = tmp_path / "g.json"
     path.write_text(json.dumps({"case": "g", "no_curve": "unsupported: missing feature(s) x"}))
     with pytest.raises(CompareError, match=r"stores no curve \(unsupported: missing feature"):

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 import meshtest
-from meshtest.contract import CaseOutcome
+from meshtest.contract import CaseOutcome, RankFailure
 from meshtest.errors import SelectionError
 from meshtest.model import rules
 from meshtest.parent.planner import Group, LaunchSchedule, lane_of, plan_local_groups
@@ -92,31 +92,62 @@ def test_a_later_phase_waits_for_the_earlier_one_and_its_pass():
     s.take(p1)
     assert s.startable() is None  # phase 2 waits while phase 1 runs
     s.give_back("p1")
-    s.phase_passed("case", 1)
+    s.phase_passed("f.py::case", 1)  # by case ID
     assert s.startable().group_id == "p2"
     s2 = LaunchSchedule([p2], list(range(8)))
     assert s2.startable() is None and s2.pending == []  # phase 1 did not pass: phase 2 never starts
 
 
-def _outcome(case, status, group):
-    return CaseOutcome(case, "cases/x.py", group, 2, status, 0.1, 0)
+def _outcome(case, status, group, step="run", error="", file="cases/x.py"):
+    failures = (RankFailure(0, status, step, error),) if error else ()
+    return CaseOutcome(case, file, group, 2, status, 0.1, 0, failures)
+
+
+def _lane_diff(tmp_path, real, local):
+    for name, outcomes in (("real", real), ("local", local)):
+        (tmp_path / name).mkdir(exist_ok=True)
+        write_results(str(tmp_path / name / "results.jsonl"), outcomes)
+    return subprocess.run([sys.executable, LANE_DIFF, str(tmp_path)], capture_output=True, text=True, cwd=tmp_path)
 
 
 def test_lane_diff_lists_each_disagreement_and_fails(tmp_path):
-    for name, group, statuses in (("real", "w2-2", ("pass", "pass", "pass")),
-                                  ("local", "local", ("pass", "fail", "pass"))):
-        (tmp_path / name).mkdir()
-        write_results(str(tmp_path / name / "results.jsonl"),
-                      [_outcome(c, Status(s), group) for c, s in zip(("a", "b", "c"), statuses)])
-    proc = subprocess.run([sys.executable, LANE_DIFF, str(tmp_path)], capture_output=True, text=True)
+    real = [_outcome(c, Status.PASS, "w2-2") for c in ("a", "b", "c")]
+    proc = _lane_diff(tmp_path, real, [_outcome("a", Status.PASS, "local"),
+                                       _outcome("b", Status.FAIL, "local", "compare", "output[0]: 3 of 16 outside"),
+                                       _outcome("c", Status.PASS, "local")])
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "both ran 3, agree on 2, disagree on 1" in proc.stdout
-    assert "DIFFER cases/x.py::b: local fail, ranks pass" in proc.stdout
-    write_results(str(tmp_path / "local" / "results.jsonl"),
-                  [_outcome(c, Status.PASS, "local") for c in ("a", "b", "c", "d")])
-    proc = subprocess.run([sys.executable, LANE_DIFF, str(tmp_path)], capture_output=True, text=True)
+    assert "DIFFER cases/x.py::b: local fail at compare (mismatch), ranks pass" in proc.stdout
+    proc = _lane_diff(tmp_path, real, [_outcome(c, Status.PASS, "local") for c in ("a", "b", "c", "d")])
     assert proc.returncode == 0, proc.stdout
     assert "1 case(s) ran only in the local lane" in proc.stdout
+
+
+def test_lane_diff_compares_the_failing_step_and_the_error_kind_not_only_the_status(tmp_path):
+    real = [_outcome("a", Status.ERROR, "w2-2", "run", "NotImplementedError: no strategy"),
+            _outcome("b", Status.ERROR, "w2-2", "run", "NotImplementedError: no strategy")]
+    proc = _lane_diff(tmp_path, real, [_outcome("a", Status.ERROR, "local", "run", "TypeError: mixed tensors"),
+                                       _outcome("b", Status.ERROR, "local", "gather", "NotImplementedError: x")])
+    assert proc.returncode == 1, proc.stdout
+    assert "agree on 0, disagree on 2" in proc.stdout
+    assert ("DIFFER cases/x.py::a: local error at run (TypeError), ranks error at run (NotImplementedError)"
+            in proc.stdout)
+
+
+def test_lane_diff_fails_when_the_local_lane_skipped_an_eligible_case(tmp_path):
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "case_y.py").write_text(
+        "from meshtest import OpShardCase, register\n"
+        + "".join(f'register(OpShardCase(name="{n}", fn=f, inputs=[], placements=[], mesh_shape=(2,), '
+                  f'tags=("cpu_level0",){extra}))\n'
+                  for n, extra in (("e1", ""), ("e2", ""), ("limited", ', simulation_limit="rank-dependent"'))))
+    real = [_outcome(n, Status.PASS, "w2", file="cases/case_y.py") for n in ("e1", "e2", "limited")]
+    proc = _lane_diff(tmp_path, real, [_outcome("e1", Status.PASS, "local", file="cases/case_y.py")])
+    assert proc.returncode == 1, proc.stdout
+    assert "the local lane ran 1 of the 2 eligible case(s)" in proc.stdout
+    assert "SKIPPED by the local lane (1 eligible): cases/case_y.py::e2" in proc.stdout
+    assert "1 case(s) ran only in the real lane" not in proc.stdout  # e2 and limited
+    assert "2 case(s) ran only in the real lane" in proc.stdout
 
 
 # --- real runs (torch) -------------------------------------------------------------------------
@@ -194,7 +225,8 @@ def test_both_lanes_give_the_same_verdicts_and_the_local_one_names_the_rank(tmp_
     assert "rank(s) 0,1,2,3: fail at step compare: on simulated rank(s) 0,1,2,3 of 4 (first, 0): output[0]:" in text
     # the two workers shared the cases out: each case recorded by exactly one of them
     launch = tmp_path / "runs" / "local" / "ranks" / "local"
-    taken = [{json.loads(line)["case"] for line in (launch / f"rank{w}.jsonl").read_text().splitlines()
+    taken = [{json.loads(line)["case"].rsplit("::", 1)[1]  # rank events name a case file::name
+              for line in (launch / f"rank{w}.jsonl").read_text().splitlines()
               if json.loads(line)["event"] == "result"} for w in (0, 1)]
     assert taken[0] | taken[1] == {"ll_add", "ll_partial", "ll_locals_2d", "ll_wrong"} and not taken[0] & taken[1]
     assert "local lane worker 1 of 2" in (launch / "rank1.log").read_text()

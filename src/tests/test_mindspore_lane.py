@@ -66,7 +66,7 @@ def test_dead_worker_is_reported_within_seconds_with_its_log(fault_run):
     # "(exit 7)" when msrun saw the worker fail before the watcher did (its log line names pid and code)
     assert re.search(r"exited( \(exit 7\))? before recording the case", first["error"]), first["error"]
     # its peer did not die by itself (msrun may have killed it first): it was ended with the launch
-    assert r["failures"][1]["error"].startswith("the launch ended"), r["failures"][1]["error"]
+    assert r["failures"][1]["error"].startswith("after rank 1 died: the launch ended"), r["failures"][1]["error"]
     assert "rank 1 exits with code 7 now" in first["error"]  # the worker's own last words (rank1.log)
     # from the case's start on rank 1 to the launch's end: the watcher, not msrun's node timeout
     launch = os.path.join(out, "ranks", r["launch_dir"])

@@ -87,7 +87,7 @@ def test_phases_the_scan_cannot_read_are_errors_naming_the_case(phases, words):
 register(TrainCase(name="bad", model=m, data=d, loss=l, mesh_shape=(2,), phases={phases}, tags=("cpu_level1",)))
 '''
     scan = scan_case_source("case_bad.py", source)
-    assert scan.error is not None and "case 'bad'" in scan.error and words in scan.error, scan.error
+    assert scan.errors and "case 'bad'" in scan.errors and words in scan.errors, scan.errors
 
 
 def test_each_later_phase_is_a_launch_of_its_own_after_the_other_groups():
@@ -127,7 +127,7 @@ def test_a_later_phase_starts_while_the_launch_of_the_earlier_one_runs_on():
         sched.take(g)
         started.append(g.group_id)
     assert started == ["w4", "w2"]  # the chain of 3 later phases first; phase 2 waits for phase 1
-    sched.phase_passed("resumed", 1)  # every rank of w4 recorded phase 1's pass; w4 runs on
+    sched.phase_passed("case_p.py::resumed", 1)  # every rank of w4 recorded phase 1's pass; w4 runs on
     assert sched.startable().group_id == "w4-2x2-phase2of4-resumed"
     failed = LaunchSchedule(list(groups), list(range(10)))
     assert failed.startable().group_id == "w4"
@@ -144,7 +144,7 @@ def test_phase_1_in_a_shared_launch_chains_and_the_other_outcomes_pass_through()
     held = {}
     other = CaseOutcome("op4", "f.py", "w4", 4, Status.PASS)
     assert phase_chain(shared, [_outcome(Status.PASS, "w4"), other], held) == [other]
-    assert held["resumed"].detail == "phase 1/4 pass in w4"
+    assert held["case_p.py::resumed"].detail == "phase 1/4 pass in w4"  # held by case ID
 
 
 def _outcome(status, group, step="phase1 compare"):

@@ -29,66 +29,68 @@ def test_reads_literals_and_module_constants():
 
 def test_a_case_without_a_gate_tag_is_a_scan_error():
     scan = scan_case_source("cases/x.py", "register(OpShardCase(name='lost', mesh_shape=(2,)))\n")
-    assert scan.cases == () and "case 'lost': rule gate-tag: the case has no gate tag" in scan.error
+    assert scan.cases == () and "case 'lost': rule gate-tag: the case has no gate tag" in scan.errors
 
 
 def test_non_literal_mesh_is_a_clear_error():
     scan = scan_case_source("cases/x.py",
                             "register(OpShardCase(name='a', mesh_shape=make_mesh(), tags=('cpu_level0',)))\n")
     assert scan.cases == ()
-    assert "cases/x.py: case 'a': rule static-scan: mesh_shape= must be a literal" in scan.error
-    assert "make_mesh()" in scan.error
+    assert "cases/x.py: case 'a': rule static-scan: mesh_shape= must be a literal" in scan.errors
+    assert "make_mesh()" in scan.errors
 
 
 def test_non_literal_tags_and_rebound_constant():
     src = "T = ('cpu_level0',)\nT = ('cpu_level1',)\nregister(OpShardCase(name='a', mesh_shape=(2,), tags=T))\n"
-    assert "tags= must be a literal" in scan_case_source("x.py", src).error
+    assert "tags= must be a literal" in scan_case_source("x.py", src).errors
 
 
 def test_register_in_loop_is_rejected():
     src = "for i in range(2):\n    register(OpShardCase(name=f'a{i}', mesh_shape=(2,)))\n"
-    err = scan_case_source("x.py", src).error
+    err = scan_case_source("x.py", src).errors
     assert "x.py:2: rule static-scan: register(...) must be a top-level statement" in err
 
 
 def test_syntax_error_names_file_and_line():
-    err = scan_case_source("x.py", "register(OpShardCase(name='a',\n").error
+    err = scan_case_source("x.py", "register(OpShardCase(name='a',\n").errors
     assert err.startswith("x.py:1: rule syntax:")
 
 
 def test_rules_shared_with_registration():
     src = "register(OpShardCase(name='a', mesh_shape=(2, 2), mesh_dim_names=('dp',), tags=('cpu_level0',)))\n"
-    assert "rule mesh-dim-names" in scan_case_source("x.py", src).error
+    assert "rule mesh-dim-names" in scan_case_source("x.py", src).errors
     src = "register(OpShardCase(name='a', mesh_shape=(2,), tags=('tpu_level0',)))\n"
-    assert "rule gate-tag: unknown gate tag 'tpu_level0'" in scan_case_source("x.py", src).error
+    assert "rule gate-tag: unknown gate tag 'tpu_level0'" in scan_case_source("x.py", src).errors
     src = "register(OpShardCase(name='a', mesh_shape=(2, -1)))\n"
-    assert "rule mesh-shape" in scan_case_source("x.py", src).error
+    assert "rule mesh-shape" in scan_case_source("x.py", src).errors
 
 
 def test_duplicate_names_in_one_file():
     src = ("register(OpShardCase(name='a', mesh_shape=(2,), tags=('cpu_level0',)))\n"
            "register(OpShardCase(name='a', mesh_shape=(4,), tags=('cpu_level0',)))\n")
-    assert "case 'a': rule duplicate-name: declared at line 1 and again at line 2" in scan_case_source("x.py",
-                                                                                                       src).error
+    scan = scan_case_source("x.py", src)
+    assert "case 'a': rule duplicate-name: declared at line 1 and again at line 2" in scan.errors
+    # the first declaration stands; the second is the broken one
+    assert [c.mesh_shape for c in scan.cases] == [(2,)] and [b.lineno for b in scan.broken] == [2]
 
 
 def test_register_needs_a_direct_constructor_call():
-    err = scan_case_source("x.py", "case = OpShardCase(name='a', mesh_shape=(2,))\nregister(case)\n").error
+    err = scan_case_source("x.py", "case = OpShardCase(name='a', mesh_shape=(2,))\nregister(case)\n").errors
     assert "rule static-scan" in err and "OpShardCase(...) call" in err
 
 
 def test_placement_shapes_written_as_displays_are_checked_statically():
     src = ("register(OpShardCase(name='a', mesh_shape=(2, 2), inputs=[InputSpec((4, 4))],\n"
            "                     placements=[(Shard(0),)], tags=('cpu_level0',)))\n")
-    err = scan_case_source("x.py", src).error
+    err = scan_case_source("x.py", src).errors
     assert ("x.py: case 'a': rule placement-arity: inputs[0] placements (Shard(0),) must have one placement per mesh "
             "dimension") in err
     src = ("register(OpShardCase(name='a', mesh_shape=(2,), inputs=[InputSpec((4,)), InputSpec((4,))],\n"
            "                     placements=[(Shard(0),)], tags=('cpu_level0',)))\n")
-    assert "rule placement-count: 2 inputs but 1 placement tuple(s)" in scan_case_source("x.py", src).error
+    assert "rule placement-count: 2 inputs but 1 placement tuple(s)" in scan_case_source("x.py", src).errors
     # Built by code rather than written out: left to registration on the ranks.
     src = "register(OpShardCase(name='a', mesh_shape=(2,), inputs=INPUTS, placements=[P] * 2, tags=('cpu_level0',)))\n"
-    assert scan_case_source("x.py", src).error is None
+    assert scan_case_source("x.py", src).errors == ""
 
 
 SWEEP = """
@@ -111,4 +113,4 @@ def test_sweep_cases_are_derived_statically_with_counted_skips():
 
 def test_sweep_needs_written_out_input_shapes():
     src = "register_sweep(name='mm', fn=f, inputs=make_inputs(), mesh_shape=(2,))\n"
-    assert "inputs= must be a list of InputSpec(...) calls written out" in scan_case_source("x.py", src).error
+    assert "inputs= must be a list of InputSpec(...) calls written out" in scan_case_source("x.py", src).errors

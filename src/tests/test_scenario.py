@@ -63,12 +63,12 @@ def test_scan_reads_scenario_fields():
 def test_scan_rejects_unknown_feature_naming_file_case_rule():
     scan = scan_case_source("f.py", SOURCE.replace('"comm_debug_mode"', '"tp.magic"'))
     assert scan.cases == ()
-    assert all(part in scan.error for part in ("f.py", "tp_A1_x", "rule feature", "tp.magic"))
+    assert all(part in scan.errors for part in ("f.py", "tp_A1_x", "rule feature", "tp.magic"))
 
 
 def test_scan_rejects_non_literal_requires():
     scan = scan_case_source("f.py", SOURCE.replace('requires=("tp.styles", "comm_debug_mode")', "requires=make()"))
-    assert "rule static-scan" in scan.error and "requires=" in scan.error
+    assert "rule static-scan" in scan.errors and "requires=" in scan.errors
 
 
 @pytest.mark.parametrize("field,value,rule", [
@@ -169,7 +169,7 @@ def test_spec_table_counts_and_reasons(tmp_path):
 
 def test_scan_rejects_a_field_the_constructor_does_not_have():
     scan = scan_case_source("f.py", SOURCE.replace('spec_id="A1"', 'spec_id="A1", needs_mesh=False'))
-    assert "tp_A1_x" in scan.error and "rule unknown-field" in scan.error and "needs_mesh" in scan.error
+    assert "tp_A1_x" in scan.errors and "rule unknown-field" in scan.errors and "needs_mesh" in scan.errors
 
 
 def test_scanned_field_lists_match_the_dataclasses():

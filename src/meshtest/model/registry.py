@@ -14,7 +14,7 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from ..errors import CaseDeclarationError, CaseFileError
 from .scan import FileScan
@@ -40,7 +40,8 @@ class BrokenCase:
 
 
 class Registry:
-    """Cases registered while loading one or more case files, keyed by name (unique).
+    """Cases registered while loading one or more case files, keyed by ``(file, name)``: a name is
+    unique within its file (a case's ID is ``file::name``).
 
     :param keep_broken: a case whose declaration breaks a rule (other than an unusable name or a
         duplicate) is kept as a :class:`BrokenCase` instead of failing the whole file — how the
@@ -48,16 +49,14 @@ class Registry:
     """
 
     def __init__(self, keep_broken: bool = False) -> None:
-        self._cases: Dict[str, Union[Case, BrokenCase]] = {}
-        self._files: Dict[str, str] = {}
+        self._cases: Dict[Tuple[str, str], Union[Case, BrokenCase]] = {}
         self.keep_broken = keep_broken
 
     def add(self, case: Case, file: str) -> Case:
         """Validate and add ``case`` declared in ``file``.
 
         :raises CaseDeclarationError: a rule is broken (unless ``keep_broken`` and the case has a
-            usable name), or rule ``duplicate-name`` when the name is already registered (the
-            message names both files).
+            usable name), or rule ``duplicate-name`` when ``file`` already registered the name.
         """
         if not isinstance(case, (OpShardCase, ScenarioCase, TrainCase)):
             raise CaseDeclarationError(file, None, "register", "register() takes an OpShardCase, a ScenarioCase or a "
@@ -68,17 +67,18 @@ class Registry:
             if not self.keep_broken or e.rule == "name":
                 raise
             entry = BrokenCase(case.name, case.kind, str(e))
-        if entry.name in self._cases:
-            raise CaseDeclarationError(
-                file, case.name, "duplicate-name", f"already registered by {self._files[case.name]}"
-            )
-        self._cases[entry.name] = entry
-        self._files[entry.name] = file
+        if (file, entry.name) in self._cases:
+            raise CaseDeclarationError(file, case.name, "duplicate-name", f"{file} already registered it")
+        self._cases[(file, entry.name)] = entry
         return case if isinstance(entry, BrokenCase) else entry
+
+    def add_broken(self, file: str, name: str, kind: str, error: str) -> None:
+        """Keep ``name`` of ``file`` as a :class:`BrokenCase` (its declaring statement raised)."""
+        self._cases[(file, name)] = BrokenCase(name, kind, error)
 
     def cases(self, file: Optional[str] = None) -> List[Union[Case, BrokenCase]]:
         """Registered cases in registration order, optionally only those of ``file``."""
-        return [c for n, c in self._cases.items() if file is None or self._files[n] == file]
+        return [c for (f, _), c in self._cases.items() if file is None or f == file]
 
 
 _ACTIVE: List[tuple] = []  # stack of (registry, file) while a case file is being imported
@@ -147,12 +147,19 @@ def _module_name(path: str) -> str:
     return "meshtest_cases." + "".join(ch if ch.isalnum() else "_" for ch in stem)
 
 
-def load_case_file(path: str, registry: Registry) -> List[Case]:
+def load_case_file(path: str, registry: Registry, scan: Optional[FileScan] = None) -> List[Case]:
     """Import the case file at ``path`` and return the cases it registered into ``registry``.
 
-    :raises CaseDeclarationError: a declaration breaks a rule.
-    :raises CaseFileError: rule ``import``: the file raised while being imported (the
-        traceback is in the message).
+    With ``scan`` (its static scan), the module runs one top-level statement at a time: the
+    ``register(...)`` statements the scan found broken (:attr:`FileScan.broken`) are skipped —
+    reported on their own, at step ``scan`` — and a ``register(...)`` statement that raises
+    (a field the constructor does not take, a helper that fails) makes its cases
+    :class:`BrokenCase` (step ``register``, with the traceback) while the file's other cases load.
+
+    :raises CaseDeclarationError: a declaration breaks a rule (without ``scan``, or when the
+        registry does not keep broken cases).
+    :raises CaseFileError: rule ``import``: a statement other than a registration raised while the
+        file was imported (the traceback is in the message).
     """
     name = _module_name(path)
     spec = importlib.util.spec_from_file_location(name, path)
@@ -162,12 +169,51 @@ def load_case_file(path: str, registry: Registry) -> List[Case]:
     sys.modules[name] = module
     with _activate(registry, path):
         try:
-            spec.loader.exec_module(module)
+            if scan is None:
+                spec.loader.exec_module(module)
+            else:
+                _exec_statements(path, module, registry, scan)
         except CaseDeclarationError:
             raise
         except Exception:  # the user's file failed: keep its traceback for the report
             raise CaseFileError(path, "import", "importing the case file raised:\n" + traceback.format_exc()) from None
     return registry.cases(path)
+
+
+def _exec_statements(path: str, module: Any, registry: Registry, scan: FileScan) -> None:
+    """Run the module's top-level statements in order (see :func:`load_case_file`)."""
+    import __future__
+
+    import ast
+
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), filename=path)
+    skip = {b.lineno for b in scan.broken}
+    declared: Dict[int, List[Any]] = {}
+    for c in scan.cases:
+        declared.setdefault(c.lineno, []).append(c)
+    flags = 0
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
+            flags |= sum(getattr(__future__, a.name).compiler_flag for a in stmt.names)
+        if stmt.lineno in skip:
+            continue
+        code = compile(ast.Module(body=[stmt], type_ignores=[]), path, "exec", flags=flags, dont_inherit=True)
+        if stmt.lineno not in declared or not registry.keep_broken:
+            exec(code, module.__dict__)
+            continue
+        try:
+            exec(code, module.__dict__)
+        except CaseDeclarationError as e:
+            if e.rule == "name":
+                raise
+            for c in declared[stmt.lineno]:
+                registry.add_broken(path, c.name, c.kind, str(e))
+        except Exception as e:  # this registration failed: its cases are broken, the others load
+            error = (f"{type(e).__name__}: {e} (registering the case at line {stmt.lineno} of {path})\n"
+                     f"{traceback.format_exc(limit=-2)}")
+            for c in declared[stmt.lineno]:
+                registry.add_broken(path, c.name, c.kind, error)
 
 
 def check_against_scan(scan: FileScan, loaded: List[Case]) -> None:

@@ -389,3 +389,13 @@ def normalised_dim_names(ndim: int) -> Tuple[str, ...]:
 def world_size(mesh_shape: Sequence[int]) -> int:
     """Number of ranks a mesh needs: ``prod(mesh_shape)`` (seed 000 §3.4)."""
     return math.prod(mesh_shape)
+
+
+#: Layers whose training cases have a golden loss curve in the repository (seed 001 §4.5:
+#: regressions pinned to the platform release; ``tools/golden_curves.py`` records them).
+GOLDEN_LAYERS = (2, 3)
+#: How every note of the golden-curve check starts (``meshtest.rank.train.check_golden``): a
+#: comparison made (``golden curve: 3 step(s) from step 0 equal to <case>.json``) or none
+#: recorded yet (:data:`NO_GOLDEN_NOTE`, which the closing summary lists once, not per case).
+GOLDEN_NOTE = "golden curve:"
+NO_GOLDEN_NOTE = "golden curve: none recorded yet"

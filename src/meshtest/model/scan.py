@@ -73,6 +73,11 @@ class ScannedCase:
         return rules.world_size(self.mesh_shape)
 
     @property
+    def id(self) -> str:
+        """The case's ID, ``file::name`` (:func:`case_id`): what the ranks and the runner key it by."""
+        return case_id(self.file, self.name)
+
+    @property
     def device_need(self) -> int:
         """Ranks the case needs at once: its world size, or its largest phase's."""
         return max([self.world_size] + [rules.world_size(shape) for shape, _ in self.phase_meshes])
@@ -136,6 +141,11 @@ def _lists(value):
     return [_lists(v) for v in value] if isinstance(value, (tuple, list)) else value
 
 
+def case_id(file: str, name: str) -> str:
+    """A case's ID: ``file::name`` (a name is unique within its file; two files may share it)."""
+    return f"{file}::{name}"
+
+
 _OWN_FIELDS = ("file", "lineno", "kind", "phase_meshes", "phase")
 if set(ScannedCase.__dataclass_fields__) != set(_OWN_FIELDS + schema.SCANNED_FIELDS):  # pragma: no cover
     raise TypeError(f"ScannedCase fields {sorted(ScannedCase.__dataclass_fields__)} differ from the schema's "
@@ -143,19 +153,51 @@ if set(ScannedCase.__dataclass_fields__) != set(_OWN_FIELDS + schema.SCANNED_FIE
 
 
 @dataclass(frozen=True)
+class BrokenDeclaration:
+    """One ``register(...)`` statement of a case file whose declaration breaks a rule: that case
+    fails alone (``error`` at step ``scan``), the file's other cases run.
+
+    :ivar name: the case's name when the scan could read it, else ``None``.
+    :ivar lineno: the statement's first line (the ranks skip it when they import the file).
+    :ivar error: the message, naming the file, the case and the rule.
+    """
+
+    file: str
+    lineno: int
+    name: Optional[str]
+    error: str
+
+    @property
+    def label(self) -> str:
+        """How reports name it: the case's name, or ``<line N>``."""
+        return self.name or f"<line {self.lineno}>"
+
+
+#: The tag a target gets when one of its cases (or the file) fails the scan, besides every gate.
+SCAN_ERROR_TAG = "meshtest:parse_error"
+
+
+@dataclass(frozen=True)
 class FileScan:
     """Result of scanning one case file.
 
-    :ivar cases: scanned cases in file order (empty when ``error`` is set).
-    :ivar error: ``None``, or one message per broken rule (newline-separated), each naming
-        the file, the case and the rule.
+    :ivar cases: the valid cases in file order (empty when ``error`` is set).
+    :ivar error: ``None``, or why the file as a whole cannot be read (a syntax error, a
+        ``register`` call that is not a top-level statement): then no case of it can run.
     :ivar notes: one line per sweep: cases generated and combinations skipped by reason.
+    :ivar broken: declarations that break a rule, each failing alone (:class:`BrokenDeclaration`).
     """
 
     path: str
     cases: Tuple[ScannedCase, ...]
     error: Optional[str] = None
     notes: Tuple[str, ...] = ()
+    broken: Tuple[BrokenDeclaration, ...] = ()
+
+    @property
+    def errors(self) -> str:
+        """Every message, the file's and each broken declaration's, one per line (``""``: none)."""
+        return "\n".join([self.error] if self.error else [b.error for b in self.broken])
 
     @property
     def device_need(self) -> int:
@@ -163,8 +205,13 @@ class FileScan:
         return max((c.device_need for c in self.cases), default=0)
 
     def target_tags(self) -> Tuple[str, ...]:
-        """Build-target tags: every tag a case answers to (:meth:`ScannedCase.filter_tags`)."""
-        return tuple(sorted({t for c in self.cases for t in c.filter_tags()}))
+        """Build-target tags: every tag a case answers to (:meth:`ScannedCase.filter_tags`); with a
+        broken declaration, also every gate and :data:`SCAN_ERROR_TAG`, so that any gate's run
+        selects the file and the broken case fails loudly instead of dropping out."""
+        tags = {t for c in self.cases for t in c.filter_tags()}
+        if self.broken:
+            tags |= set(rules.GATE_TAGS) | {SCAN_ERROR_TAG}
+        return tuple(sorted(tags))
 
 
 def _callee_name(node: ast.AST) -> Optional[str]:
@@ -233,36 +280,54 @@ def scan_case_source(path: str, source: str) -> FileScan:
     errors: List[str] = []
     cases: List[ScannedCase] = []
     notes: List[str] = []
+    broken: List[BrokenDeclaration] = []
+    seen: Dict[str, int] = {}
     top_level_calls = set()
     for stmt in tree.body:
         if isinstance(stmt, ast.Expr) and _is_register_call(stmt.value):
             top_level_calls.add(id(stmt.value))
             try:
                 if _callee_name(stmt.value.func) == "register_sweep":
-                    swept, note = _scan_sweep_call(path, stmt.value, literals)
-                    cases.extend(swept)
-                    notes.append(note)
+                    found, note = _scan_sweep_call(path, stmt.value, literals)
                 else:
-                    cases.append(_scan_register_call(path, stmt.value, literals))
+                    found, note = [_scan_register_call(path, stmt.value, literals)], None
+                _check_unique(path, found, seen)
             except CaseDeclarationError as e:
-                errors.append(f"{e} (line {stmt.lineno})")
+                broken.append(BrokenDeclaration(path, stmt.lineno, e.case or _declared_name(stmt.value, literals),
+                                                f"{e} (line {stmt.lineno})"))
+                continue
+            cases.extend(found)
+            notes.extend([note] if note else [])
+            seen.update((c.name, c.lineno) for c in found)
     for node in ast.walk(tree):
         if _is_register_call(node) and id(node) not in top_level_calls:
             errors.append(
                 f"{path}:{node.lineno}: rule static-scan: register(...) must be a top-level statement "
                 "of the case file (not inside a function, loop or expression) so the static scan sees it"
             )
-    seen: Dict[str, int] = {}
-    for c in cases:
-        if c.name in seen:
-            errors.append(
-                f"{path}: case {c.name!r}: rule duplicate-name: declared at line {seen[c.name]} and again at line "
-                f"{c.lineno}"
-            )
-        seen.setdefault(c.name, c.lineno)
     if errors:
         return FileScan(path, (), "\n".join(errors))
-    return FileScan(path, tuple(cases), notes=tuple(notes))
+    return FileScan(path, tuple(cases), notes=tuple(notes), broken=tuple(broken))
+
+
+def _check_unique(path: str, found: Sequence[ScannedCase], seen: Dict[str, int]) -> None:
+    """Rule ``duplicate-name``: a name declared twice in one file (the same name in two files is
+    two cases, ``file::name``); the later declaration is the broken one, naming both lines."""
+    for c in found:
+        if c.name in seen:
+            raise CaseDeclarationError(path, c.name, "duplicate-name",
+                                       f"declared at line {seen[c.name]} and again at line {c.lineno}")
+
+
+def _declared_name(call: ast.Call, literals: Dict[str, object]) -> Optional[str]:
+    """The ``name=`` a broken declaration gives (a literal string), if it can be read."""
+    ctor = call.args[0] if call.args and isinstance(call.args[0], ast.Call) else call
+    node = next((k.value for k in ctor.keywords if k.arg == "name"), None)
+    try:
+        value = ast.literal_eval(node) if node is not None else None
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        value = literals.get(node.id) if isinstance(node, ast.Name) else None
+    return value if isinstance(value, str) and value else None
 
 
 def scan_case_file(path: str) -> FileScan:

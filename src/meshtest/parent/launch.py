@@ -165,7 +165,7 @@ class LaunchResult:
     :ivar timed_out: the watcher killed the launch at a deadline.
     :ivar wall_s: seconds from start to the end of the kill.
     :ivar out_dir: the launch's directory (plan, logs, rank streams).
-    :ivar records: case → rank → that rank's record.
+    :ivar records: case ID (``file::name``) → rank → that rank's record.
     :ivar progress: rank → last known progress (which case and step it was in).
     :ivar stopped_after: with ``fail_fast``, the failing case after which the ranks stopped.
     """
@@ -456,7 +456,7 @@ def salvage(group: Group, out_dir: str) -> Dict[str, Dict[int, RankRecord]]:
 
 
 def _ranks_by_case(group: Group) -> Callable[[str], int]:
-    ranks = {c.name: group.ranks_of(c) for c in group.cases}
+    ranks = {c.id: group.ranks_of(c) for c in group.cases}
     default = group.world_size
     return lambda case: ranks.get(case, default)
 

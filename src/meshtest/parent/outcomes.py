@@ -5,7 +5,9 @@
 - :func:`interrupted` — a case its launch died in (``timeout`` or ``crash``): each rank's record,
   or the step it was in and the tail of its log;
 - :func:`not_run` — cases a fail-fast gate did not start;
-- :func:`file_error` — a case file that could not be scanned.
+- :func:`broken_declaration` — a case whose declaration the static scan found broken;
+- :func:`too_large` — a case whose mesh needs more device slots than the pool has;
+- :func:`file_error` — a case file that could not be scanned at all.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from typing import Dict, List, Mapping, Sequence
 
 from ..contract import GAVE_UP_EXIT, CaseOutcome, RankFailure, RankRecord
 from ..model.known import judge_crash
-from ..model.scan import ScannedCase
+from ..model.rules import GOLDEN_NOTE
+from ..model.scan import BrokenDeclaration, ScannedCase, case_id
 from ..status import Status, worst
 from . import rank_logs
 from .launch import LaunchResult, describe_exit, rank_exit_codes, root_cause_rank, tail
@@ -50,7 +53,16 @@ def aggregate(case: str, file: str, group: str, world_size: int, by_rank: Mappin
     return CaseOutcome(case, file, group, world_size, status, slowest, slowest_rank,
                        tuple(failures) if status is not Status.PASS else (),
                        launch_dir=launch_dir, divergence=next((r.divergence for r in ordered if r.divergence), ""),
-                       detail=next((r.detail for r in ordered if r.detail), ""))
+                       detail=_detail(ordered))
+
+
+def _detail(ordered: Sequence[RankRecord]) -> str:
+    """The notes of the first rank that wrote any, plus the golden-curve notes of the others (a
+    pipeline's last stage is the rank that compares its curve)."""
+    first = next((r.detail for r in ordered if r.detail), "")
+    lines = first.splitlines()
+    lines += [ln for r in ordered for ln in r.detail.splitlines() if ln.startswith(GOLDEN_NOTE) and ln not in lines]
+    return "\n".join(dict.fromkeys(lines))
 
 
 def _why_missing(rank: int, res: LaunchResult, exits: Dict[int, int]) -> str:
@@ -83,7 +95,7 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
     ``known_failure=KnownFailure(kind="crash", ...)`` whose dead rank matches the declaration
     (step and message) is ``xfail``; any other crash says what was expected.
     """
-    by_rank = res.records.get(case.name, {})
+    by_rank = res.records.get(case.id, {})
     # exit codes from torchrun's failure report, or from msrun's line on a rank the watcher saw gone
     exits = {**res.dead_exit, **rank_exit_codes(os.path.join(res.out_dir, "launcher.log"))}
     # the ranks that died on their own: a rank torchrun stopped with SIGTERM after another rank failed
@@ -93,19 +105,19 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
     first = root_cause_rank(os.path.join(res.out_dir, "launcher.log"))
     failures = []
     # a local-lane launch: the worker process (its stream and log) that took the case simulated every rank
-    worker = next((p for p, prog in sorted(res.progress.items()) if prog.case == case.name), 0)
+    worker = next((p for p, prog in sorted(res.progress.items()) if prog.case == case.id), 0)
     for rank in range(group.ranks_of(case)):
         proc = worker if group.lane == "local" else rank
         rec, prog = by_rank.get(rank), res.progress.get(proc)
         if rec is not None:
             if rec.status is not Status.PASS:
                 failures.append(RankFailure(rank, rec.status, rec.step, rec.error))
-            elif prog is not None and prog.fence == case.name:
+            elif prog is not None and prog.fence == case.id:
                 failures.append(RankFailure(rank, Status.WAITED, "fence", (
                     f"finished the case ({rec.status}) and waited at its end for the other ranks: "
                     "a collective one rank skipped, added or reordered leaves the others blocked")))
             continue
-        step = prog.step if prog is not None and prog.case == case.name else "not started"
+        step = prog.step if prog is not None and prog.case == case.id else "not started"
         failures.append(RankFailure(rank, status, step or "?",
                                     _unrecorded(case.name, proc, res, exits, proc in died and status is Status.CRASH)))
     slowest = max((r.duration_s for r in by_rank.values()), default=0.0)
@@ -156,6 +168,20 @@ def not_run(cases: Sequence[ScannedCase], group: Group, reason: str) -> List[Cas
                         failures=(RankFailure(None, Status.NOT_RUN, "-", reason),)) for c in cases]
 
 
+def broken_declaration(b: BrokenDeclaration) -> CaseOutcome:
+    """A declaration the static scan found broken: that case's ``error`` at step ``scan``."""
+    return CaseOutcome(case=b.label, file=b.file, group="-", world_size=0, status=Status.ERROR,
+                       failures=(RankFailure(None, Status.ERROR, "scan", b.error),))
+
+
+def too_large(case: ScannedCase, pool: int) -> CaseOutcome:
+    """A case whose mesh needs more device slots than the pool has: ``error`` at step ``slots``."""
+    return CaseOutcome(case=case.name, file=case.file, group="-", world_size=case.device_need, status=Status.ERROR,
+                       failures=(RankFailure(None, Status.ERROR, "slots", (
+                           f"the case needs {case.device_need} device slot(s) (mesh {case.mesh_shape}) but the pool "
+                           f"has {pool} ([meshtest].slots / --slots): it cannot run on this machine")),))
+
+
 def file_error(path: str, step: str, error: str) -> CaseOutcome:
     """A case file that failed as a whole (its scan): one ``error`` outcome named after it."""
     return CaseOutcome(case=f"<file {path}>", file=path, group="-", world_size=0, status=Status.ERROR,
@@ -174,18 +200,19 @@ def phase_chain(group: Group, found: Sequence[CaseOutcome], held: Dict[str, Case
     phase names itself in the failure's step (``phase2 resume``) and text (``phase 2/2 (mesh
     (2, 2)): step 3 params w1.weight: ...``).
     """
-    units = {c.name: (c.phase, len(c.phase_meshes)) for c in group.phase_units()}
+    units = {c.id: (c.phase, len(c.phase_meshes)) for c in group.phase_units()}
     out = []
     for o in found:
-        if o.case not in units:
+        key = case_id(o.file, o.case)
+        if key not in units:
             out.append(o)
             continue
-        index, count = units[o.case]
-        earlier = held.pop(o.case, None)
+        index, count = units[key]
+        earlier = held.pop(key, None)
         done = f"phase {index}/{count} {o.status} in {o.launch_dir or group.group_id}"
         story = "; ".join(t for t in ((earlier.detail if earlier else ""), done) if t)
         if o.status is Status.PASS and index < count:
-            held[o.case] = replace(o, detail=story)
+            held[key] = replace(o, detail=story)
             continue
         out.append(replace(o, detail=story + (f"\n{o.detail}" if o.detail else "")))
     return out

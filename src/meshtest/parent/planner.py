@@ -296,7 +296,7 @@ def simulate_schedule(groups: Sequence[Group], slots: int, cost: Callable[[Group
             spans.append((t, t + cost(g), g))
             for c in g.phase_units():
                 if c.phase < len(c.phase_meshes):
-                    heapq.heappush(events, (t + done_at(g).get(c.name, cost(g)), seq, None, c.name, c.phase))
+                    heapq.heappush(events, (t + done_at(g).get(c.name, cost(g)), seq, None, c.id, c.phase))
                     seq += 1
             heapq.heappush(events, (t + cost(g), seq, g, "", 0))
             seq += 1
@@ -365,7 +365,7 @@ class LaunchSchedule:
     free: List[int]
     cost: Optional[Callable[[Group], float]] = None
     running: Dict[str, Tuple[Group, List[int]]] = dataclasses.field(default_factory=dict)
-    #: phased case name → the last of its phases that passed
+    #: phased case ID → the last of its phases that passed
     passed: Dict[str, int] = dataclasses.field(default_factory=dict)
 
     def _priority(self, g: Group) -> tuple:
@@ -374,15 +374,14 @@ class LaunchSchedule:
         return (-cost * (1 + later), -g.processes, g.group_id)
 
     def phase_passed(self, case: str, phase: int) -> None:
-        """Phase ``phase`` of ``case`` passed on every rank: its next phase may start."""
+        """Phase ``phase`` of the case with ID ``case`` passed on every rank: its next phase may start."""
         self.passed[case] = max(phase, self.passed.get(case, 0))
 
     def startable(self) -> Optional[Group]:
         """The next group to start now, or ``None`` (nothing fits or may start yet)."""
         for g in sorted(self.pending, key=self._priority):
             if g.phase is not None and g.phase[0] > 1:
-                name = g.cases[0].name
-                if self.passed.get(name, 0) < g.phase[0] - 1:
+                if self.passed.get(g.cases[0].id, 0) < g.phase[0] - 1:
                     if self._earlier_phase_open(g):
                         continue
                     self.pending.remove(g)  # the earlier phase ended without passing
@@ -393,9 +392,9 @@ class LaunchSchedule:
 
     def _earlier_phase_open(self, g: Group) -> bool:
         """Whether an earlier phase of ``g``'s case, not passed yet, is still to run or running."""
-        name = g.cases[0].name
-        done = self.passed.get(name, 0)
-        return any(c.name == name and done < c.phase < g.phase[0]
+        key = g.cases[0].id
+        done = self.passed.get(key, 0)
+        return any(c.id == key and done < c.phase < g.phase[0]
                    for o in self.pending + [og for og, _ in self.running.values()] for c in o.phase_units())
 
     def take(self, g: Group) -> List[int]:

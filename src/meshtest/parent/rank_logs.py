@@ -14,6 +14,7 @@ Stdlib only.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
@@ -38,7 +39,11 @@ _CASE_FRAME = "run_one"
 
 def short_path(path: str) -> str:
     """``/venv/lib/python3.11/site-packages/torch/_ops.py`` → ``torch/_ops.py`` (also build
-    paths under ``third_party/`` and a checkout's ``src/meshtest/``)."""
+    paths under ``third_party/``, a checkout's ``src/meshtest/``, and a path under the current
+    directory — the ranks run in the runner's, a Pants sandbox's: ``cases/faults/case_faults.py``)."""
+    here = os.path.join(os.getcwd(), "")
+    if path.startswith(here):
+        path = path[len(here):]
     for p in _PREFIXES:
         cut = p.sub("", path, count=1)
         if cut != path:

@@ -27,7 +27,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from ..contract import DEFAULT_CASE_TIMEOUT_S, CaseOutcome
 from ..errors import DeviceUnavailable, SelectionError
 from ..model.rules import LOCAL_LANE_TAG
-from ..model.scan import FileScan, ScannedCase, scan_case_file
+from ..model.scan import FileScan, ScannedCase, case_id, scan_case_file
 from ..platforms import probe
 from ..platforms.backend import backend_info
 from ..report import reporter
@@ -119,7 +119,7 @@ class RunResult:
     launches: int = 0
     #: the groups being run and their launch directories, by group id, while their launches are in flight
     in_flight: Dict[str, Tuple[Group, str]] = field(default_factory=dict)
-    #: phased cases whose phases so far passed, waiting for their next phase (by case name)
+    #: phased cases whose phases so far passed, waiting for their next phase (by case ID, file::name)
     held: Dict[str, CaseOutcome] = field(default_factory=dict)
 
     @property
@@ -128,29 +128,24 @@ class RunResult:
 
 
 def scan_files(files: Sequence[str]) -> Tuple[List[ScannedCase], List[CaseOutcome], List[str]]:
-    """Scan every file; broken files and cross-file duplicate names become error outcomes.
+    """Scan every file. A file that cannot be read as a whole (a syntax error) is one error
+    outcome; each broken declaration is an error outcome of its own case
+    (:attr:`meshtest.model.scan.FileScan.broken`), the file's other cases run. Cases are
+    ``file::name``: two files may declare the same name.
 
     :returns: (cases, error outcomes, scan notes such as sweep summaries).
     """
     cases: List[ScannedCase] = []
     errors: List[CaseOutcome] = []
     notes: List[str] = []
-    owner: Dict[str, str] = {}
     for path in files:
         scan: FileScan = scan_case_file(path)
         if scan.error:
             errors.append(outcomes.file_error(path, "scan", scan.error))
             continue
         notes.extend(scan.notes)
-        for c in scan.cases:
-            if c.name in owner:
-                errors.append(outcomes.file_error(
-                    path, "scan",
-                    f"{path}: case {c.name!r}: rule duplicate-name: also declared in {owner[c.name]}",
-                ))
-                continue
-            owner[c.name] = path
-            cases.append(c)
+        errors.extend(outcomes.broken_declaration(b) for b in scan.broken)
+        cases.extend(scan.cases)
     return cases, errors, notes
 
 
@@ -185,7 +180,7 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
                      on_poll=_poller(on_progress, len(found), on_watch, sub_dir), record_ops=opts.record_ops,
                      mutant=opts.mutant)
         _audit_launch(lease, group, sub_dir, res=res)
-        decision = relaunch.decide([c.name for c in remaining], _facts(res, group), clashes)
+        decision = relaunch.decide([c.id for c in remaining], _facts(res, group), clashes)
         if decision.retry_rendezvous:
             clashes += 1
             header = _keep_aside(sub_dir, clashes, port)
@@ -199,31 +194,31 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
                      f"{res.wall_s:.1f}s, {describe_exit(res.rc)}"
                      + (", killed at a deadline" if res.timed_out else ""))
         decided = _decided_outcomes(decision, group, res, remaining)
-        suspect = next((o for o in decided if o.case == decision.suspect), None)
+        suspect = next((o for o in decided if case_id(o.file, o.case) == decision.suspect), None)
         if (opts.collective_checks == "auto" and group.lane == "ranks" and suspect is not None
                 and suspect.status in (Status.TIMEOUT, Status.ERROR)):
             launches += 1
-            decided = _diagnose(decided, suspect.case, group, opts, f"{out_dir}.diagnose{attempt}", lease)
+            decided = _diagnose(decided, decision.suspect, group, opts, f"{out_dir}.diagnose{attempt}", lease)
         found.extend(decided)
         notes.extend(decision.notes)
-        by_name = {c.name: c for c in remaining}
-        remaining = [by_name[n] for n in decision.next_cases]
+        by_id = {c.id: c for c in remaining}
+        remaining = [by_id[n] for n in decision.next_cases]
         attempt += 1
     return found, notes, launches
 
 
-def _diagnose(decided: List[CaseOutcome], case_name: str, group: Group, opts: RunOptions, out_dir: str,
+def _diagnose(decided: List[CaseOutcome], suspect: str, group: Group, opts: RunOptions, out_dir: str,
               lease: SlotLease) -> List[CaseOutcome]:
-    """Re-run ``case_name`` (it timed out, or broke the group) alone with collective checks on; what
-    each rank reports becomes that outcome's ``diagnosis`` (its status stays as it was)."""
-    case = next(c for c in group.cases if c.name == case_name)
+    """Re-run the case with ID ``suspect`` (it timed out, or broke the group) alone with collective
+    checks on; what each rank reports becomes that outcome's ``diagnosis`` (its status stays as it was)."""
+    case = next(c for c in group.cases if c.id == suspect)
     _audit_launch(lease, group, out_dir, 1)
     res = launch(replace(group, cases=(case,)), platform=opts.platform, device_kind=opts.device_kind,
                  case_timeout_s=opts.case_timeout_s, out_dir=out_dir, lease=lease, collective_checks=True,
                  cases_dir=cases_dir(opts), mutant=opts.mutant,
-                 header=f"diagnosis of {case_name}: re-run alone with collective checks")
+                 header=f"diagnosis of {case.name}: re-run alone with collective checks")
     _audit_launch(lease, group, out_dir, res=res)
-    records = res.records.get(case_name, {})
+    records = res.records.get(case.id, {})
     seen: Dict[str, List[str]] = {}
     for r, rec in sorted(records.items()):
         seen.setdefault(f"{rec.status} at step {rec.step}: {_first_line(rec.error)}".rstrip(": "), []).append(str(r))
@@ -232,7 +227,7 @@ def _diagnose(decided: List[CaseOutcome], case_name: str, group: Group, opts: Ru
         lines.append(f"rank(s) {','.join(map(str, sorted(set(range(group.ranks_of(case))) - set(records))))} "
                      "did not finish again")
     text = f"re-run alone with collective checks ({os.path.basename(out_dir)}): " + "; ".join(lines)
-    return [replace(o, diagnosis=text) if o.case == case_name else o for o in decided]
+    return [replace(o, diagnosis=text) if case_id(o.file, o.case) == suspect else o for o in decided]
 
 
 def _audit_launch(lease: SlotLease, group: Group, launch_dir: str, cases: int = 0,
@@ -257,10 +252,10 @@ def _first_line(text: str) -> str:
 
 
 def _facts(res: LaunchResult, group: Group) -> relaunch.LaunchFacts:
-    names = [c.name for c in group.cases]
+    ids = [c.id for c in group.cases]
     return relaunch.LaunchFacts(
-        recorded=frozenset(c.name for c in group.cases if res.recorded_by_all(c.name, group.ranks_of(c))),
-        started=frozenset(n for n in names if res.started(n)), stopped_after=res.stopped_after,
+        recorded=frozenset(c.id for c in group.cases if res.recorded_by_all(c.id, group.ranks_of(c))),
+        started=frozenset(n for n in ids if res.started(n)), stopped_after=res.stopped_after,
         rendezvous_clash=rendezvous_clashed(res), timed_out=res.timed_out, clean=res.rc == 0,
         exit_text=describe_exit(res.rc), launch_name=os.path.basename(res.out_dir), group_id=group.group_id)
 
@@ -268,13 +263,13 @@ def _facts(res: LaunchResult, group: Group) -> relaunch.LaunchFacts:
 def _decided_outcomes(decision: relaunch.Decision, group: Group, res: LaunchResult,
                       cases: Sequence[ScannedCase]) -> List[CaseOutcome]:
     """The outcomes a decision reports, in plan order (recorded, interrupted, not run)."""
-    by_name = {c.name: c for c in cases}
+    by_id = {c.id: c for c in cases}
     launch_dir = os.path.basename(res.out_dir)
-    found = [outcomes.aggregate(n, by_name[n].file, group.group_id, group.ranks_of(by_name[n]), res.records[n],
-                                launch_dir=launch_dir) for n in decision.complete]
-    found += [outcomes.interrupted(by_name[n], group, res, decision.interrupted_status) for n in decision.interrupted]
+    found = [outcomes.aggregate(by_id[n].name, by_id[n].file, group.group_id, group.ranks_of(by_id[n]),
+                                res.records[n], launch_dir=launch_dir) for n in decision.complete]
+    found += [outcomes.interrupted(by_id[n], group, res, decision.interrupted_status) for n in decision.interrupted]
     if decision.not_run:
-        found += outcomes.not_run([by_name[n] for n in decision.not_run], group,
+        found += outcomes.not_run([by_id[n] for n in decision.not_run], group,
                                   f"not run: fail-fast gate stopped after {res.stopped_after} failed")
     return found
 
@@ -327,8 +322,12 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     Whatever ends the run (Ctrl-C and SIGTERM included), the report, ``results.jsonl``,
     ``junit.xml`` and ``report.html`` are written with what was recorded.
 
+    A case whose mesh needs more device slots than the pool has is ``error`` at step ``slots``,
+    naming its need and the pool's size; the other cases run.
+
     :raises SelectionError: name patterns match nothing, or the platform is unknown.
-    :raises meshtest.parent.slots.SlotRequestError: the run needs more slots than the pool has.
+    :raises meshtest.parent.slots.SlotRequestError: a launch group needs more ranks than the build
+        target declared (its tags are stale).
     """
     try:
         backend_info(opts.platform)
@@ -342,6 +341,9 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns))
     if opts.only_cases:
         selected = [c for c in selected if c.name in set(opts.only_cases)]
+    if (opts.lane or lane_of(opts.tag_filters)) != "local":  # the one-process lane holds no slot per rank
+        scan_errors += [outcomes.too_large(c, opts.slots) for c in selected if c.device_need > opts.slots]
+        selected = [c for c in selected if c.device_need <= opts.slots]
     durations = recorded_durations(opts.durations_from) if opts.durations_from else {}
     groups, need = plan_run(selected, opts, durations)
     if groups and opts.device_kind != "cpu":
@@ -374,9 +376,10 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             result.notes.append(f"run interrupted ({type(e).__name__}); results so far are kept")
             raise
         finally:
-            ids = {c.name: c.spec_id for c in cases if c.spec_id}
-            known = {c.name: c.known_failure.describe() for c in cases if c.known_failure}
-            result.outcomes = [replace(o, spec_id=ids.get(o.case, o.spec_id), known_failure=known.get(o.case, ""))
+            spec_ids = {c.id: c.spec_id for c in cases if c.spec_id}
+            known = {c.id: c.known_failure.describe() for c in cases if c.known_failure}
+            result.outcomes = [replace(o, spec_id=spec_ids.get(case_id(o.file, o.case), o.spec_id),
+                                       known_failure=known.get(case_id(o.file, o.case), ""))
                                for o in result.outcomes]
             emit(reporter.summary_lines(result.outcomes, result.notes))
             write_evidence(opts.artifacts_dir, result.outcomes, result.notes)
@@ -402,7 +405,9 @@ def plan_run(selected: Sequence[ScannedCase], opts: RunOptions,
     launcher = info.launcher
     if info.submeshes:
         groups = merge_small_groups(groups, lambda w: startup_s(opts.device_kind, w, launcher), durations)
-    need = device_need(groups, opts.device_need, opts.slots)
+    # a target's declared need may exceed the pool when its largest case does not fit (reported
+    # on its own, :func:`meshtest.parent.outcomes.too_large`): hold at most the pool
+    need = min(device_need(groups, opts.device_need, opts.slots), opts.slots)
     if opts.pack == "fill":
         # a device slot of its own per rank (NPU, GPU): a start-up on a slot that would idle is free
         groups = split_groups(groups, opts.slots, durations, lambda w: startup_s(opts.device_kind, w, launcher),
@@ -444,10 +449,10 @@ def _salvage_in_flight(result: RunResult) -> List[CaseOutcome]:
     found = []
     for group, group_dir in result.in_flight.values():
         records = salvage(group, group_dir)
-        found += [outcomes.aggregate(c.name, c.file, group.group_id, group.ranks_of(c), records[c.name],
+        found += [outcomes.aggregate(c.name, c.file, group.group_id, group.ranks_of(c), records[c.id],
                                      launch_dir=os.path.basename(group_dir))
-                  for c in group.cases if len(records.get(c.name, {})) == group.ranks_of(c)
-                  and c.name not in result.held]  # a phase that passed is reported from ``held``
+                  for c in group.cases if len(records.get(c.id, {})) == group.ranks_of(c)
+                  and c.id not in result.held]  # a phase that passed is reported from ``held``
     return found
 
 
@@ -528,10 +533,10 @@ class _GroupsAtOnce:
 
         def watch(watcher: RankWatcher, launch_dir: str) -> None:
             for c in units:
-                records = watcher.records.get(c.name, {})
-                if (c.name not in told and len(records) == group.ranks_of(c)
+                records = watcher.records.get(c.id, {})
+                if (c.id not in told and len(records) == group.ranks_of(c)
                         and all(r.status is Status.PASS for r in records.values())):
-                    told.add(c.name)
+                    told.add(c.id)
                     self.ended.put((group, PhasePassed(c, outcomes.aggregate(
                         c.name, c.file, group.group_id, group.ranks_of(c), records,
                         launch_dir=os.path.basename(launch_dir)))))
@@ -543,7 +548,7 @@ class _GroupsAtOnce:
         thread is raised here."""
         group, got = _next_ended(self.ended)
         if isinstance(got, PhasePassed):
-            self.early.add((group.group_id, got.case.name))
+            self.early.add((group.group_id, got.case.id))
             return group, got
         self.sched.give_back(group.group_id)
         del self.result.in_flight[group.group_id]
@@ -593,7 +598,8 @@ def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, res
             group_outcomes, notes, launches = got
             if group.phase_units():
                 group_outcomes = _chain_phases(
-                    group, [o for o in group_outcomes if (group.group_id, o.case) not in flight.early], result, sched)
+                    group, [o for o in group_outcomes if (group.group_id, case_id(o.file, o.case)) not in flight.early],
+                    result, sched)
             with flight.lock:
                 result.launches += launches
                 result.outcomes.extend(group_outcomes)
@@ -614,10 +620,10 @@ def _chain_phases(group: Group, found: Sequence[CaseOutcome], result: RunResult,
     in ``result.held``); the next phase of each such case may start (``sched.phase_passed``).
     The main thread's only: the launch threads never touch ``result.held``."""
     out = outcomes.phase_chain(group, found, result.held)
-    reported = {o.case for o in found}
+    reported = {case_id(o.file, o.case) for o in found}
     for c in group.phase_units():
-        if c.name in reported and c.name in result.held:
-            sched.phase_passed(c.name, c.phase)
+        if c.id in reported and c.id in result.held:
+            sched.phase_passed(c.id, c.phase)
     return out
 
 
@@ -632,8 +638,8 @@ def _next_ended(ended: "queue.Queue") -> Tuple[Group, object]:
 
 def _fail_fast_rest(pending: Sequence[Group], failed: CaseOutcome, result: RunResult, emit) -> None:
     reason = f"not run: fail-fast gate stopped after {failed.case} ({failed.file}) failed"
-    later = {o.case: o for g in pending for o in outcomes.not_run(g.cases, g, reason)}
-    skipped = [o for name, o in later.items() if name not in result.held]
+    later = {case_id(o.file, o.case): o for g in pending for o in outcomes.not_run(g.cases, g, reason)}
+    skipped = [o for key, o in later.items() if key not in result.held]
     result.outcomes.extend(skipped)
     result.notes.append(f"fail-fast: {len(skipped)} case(s) in {len(pending)} later launch group(s) not run")
     emit([reporter.format_outcome(o) for o in skipped])

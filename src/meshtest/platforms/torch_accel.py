@@ -151,6 +151,10 @@ class TorchAcceleratorBackend(TorchGlooBackend):
         nccl have no ``monitored_barrier``)."""
         return self._all_reduce_probe(timeout_s)
 
+    def probe_device(self) -> str:
+        """The device the meshes live on (``cpu`` when tensors stay on the host)."""
+        return getattr(self, "_mesh_type", self.device_type)
+
     def build_info(self) -> dict:
         return {**super().build_info(), "device": self.device_type}
 

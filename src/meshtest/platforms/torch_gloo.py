@@ -12,7 +12,7 @@ import re
 import resource
 import time
 import types
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -195,6 +195,95 @@ _STATE = {
     "DTensor op handlers": (lambda: dict(_dispatcher()._custom_op_handlers), _set_handlers),
     "DTensor implicit replication": (lambda: _dispatcher()._allow_implicit_replication,
                                      lambda v: setattr(_dispatcher(), "_allow_implicit_replication", v)),
+}
+
+
+def _tp_styles(device: str) -> bool:
+    import torch.distributed.tensor.parallel as tp
+
+    return all(hasattr(tp, n) for n in ("ColwiseParallel", "RowwiseParallel", "SequenceParallel", "PrepareModuleInput",
+                                         "PrepareModuleOutput", "PrepareModuleInputOutput", "parallelize_module"))
+
+
+def _tp_reduce_dtype(device: str) -> bool:
+    import torch.distributed.tensor.parallel as tp
+
+    return all(hasattr(tp, n) and "reduce_dtype" in inspect.signature(getattr(tp, n)).parameters
+               for n in ("RowwiseParallel", "PrepareModuleOutput"))
+
+
+def _has_attr(module: str, *names: str) -> Callable[[str], bool]:
+    def probe(device: str) -> bool:
+        found = _optional_module(module)
+        return found is not None and all(hasattr(found, n) for n in names)
+    return probe
+
+
+def _has_dtensor_strategy(op: Any) -> bool:
+    """Whether DTensor's sharding propagator has a rule or strategy for ``op`` (an OpOverload)."""
+    prop = DTensor._op_dispatcher.sharding_propagator
+    tables = (prop.op_strategy_funcs, prop.op_to_rules, getattr(prop, "op_single_dim_strategy_funcs", {}))
+    return any(op in table for table in tables)
+
+
+#: The attention kernel ``scaled_dot_product_attention`` dispatches to, by device type: what context
+#: parallel's ring attention needs DTensor to shard (CUDA's flash kernel; the CPU build's own one).
+#: An NPU's kernel is assumed to be CUDA's (unverified without Ascend hardware).
+SDPA_KERNEL = {"cpu": "_scaled_dot_product_flash_attention_for_cpu", "cuda": "_scaled_dot_product_flash_attention",
+               "npu": "_scaled_dot_product_flash_attention"}
+
+
+def _context_parallel(device: str) -> bool:
+    """``context_parallel`` exists and DTensor can shard the device's attention kernel (torch 2.13 on
+    CPU: no strategy for ``_scaled_dot_product_flash_attention_for_cpu``, docs/torch-bugs.md)."""
+    experimental = _optional_module("torch.distributed.tensor.experimental")
+    kernel = getattr(torch.ops.aten, SDPA_KERNEL.get(device, SDPA_KERNEL["cuda"]), None)
+    return (experimental is not None and hasattr(experimental, "context_parallel") and kernel is not None
+            and _has_dtensor_strategy(kernel.default))
+
+
+def _dtensor_rng(device: str) -> bool:
+    """torch's own test (``torch.distributed.tensor._random.is_rng_supported_mesh``): the device's
+    module can set an RNG state (CUDA-like devices; ``torch.cpu`` cannot in 2.13)."""
+    from torch.distributed.device_mesh import _get_device_handle
+
+    handle = _get_device_handle(device)
+    return handle is not None and hasattr(handle, "set_rng_state")
+
+
+def _symmetric_memory(device: str) -> bool:
+    """A symmetric-memory backend is registered for the device (``_symmetric_memory.get_backend``:
+    CUDA's; none for CPU in 2.13)."""
+    symm = _optional_module("torch.distributed._symmetric_memory")
+    return symm is not None and symm.get_backend(device) is not None
+
+
+def _modules(*names: str) -> Callable[[str], bool]:
+    return lambda device: len(_probe_modules({"_": names})) == 1
+
+
+#: One probe per platform feature (:data:`meshtest.model.rules.FEATURES`, but ``collectives``:
+#: MindSpore's ``ctx.api.comm``), each asked with the backend's device type; a case that requires
+#: a feature whose probe says no is ``unsupported``, naming it.
+FEATURE_PROBES: Dict[str, Callable[[str], bool]] = {
+    "dtensor": _modules("torch.distributed.tensor"),
+    "tp.styles": _tp_styles,
+    "tp.no_parallel": _has_attr("torch.distributed.tensor.parallel", "NoParallel"),
+    "tp.reduce_dtype": _tp_reduce_dtype,
+    "loss_parallel": _has_attr("torch.distributed.tensor.parallel", "loss_parallel"),
+    "comm_debug_mode": _has_attr("torch.distributed.tensor.debug", "CommDebugMode"),
+    "fsdp2": _has_attr("torch.distributed.fsdp", "fully_shard"),
+    "fsdp2.mixed_precision": _has_attr("torch.distributed.fsdp", "fully_shard", "MixedPrecisionPolicy"),
+    "training": lambda device: True,  # the backend's own train(): always here
+    "pipelining": _modules("torch.distributed.pipelining"),
+    "pipelining.zero_bubble": _has_attr("torch.distributed.pipelining", "ScheduleInterleavedZeroBubble",
+                                        "ScheduleZBVZeroBubble"),
+    "checkpoint": _modules("torch.utils.checkpoint"),
+    "dcp": _modules("torch.distributed.checkpoint"),
+    "meta_init": lambda device: hasattr(torch.nn.Module, "to_empty"),
+    "context_parallel": _context_parallel,
+    "dtensor_rng": _dtensor_rng,
+    "symmetric_memory": _symmetric_memory,
 }
 
 
@@ -540,46 +629,15 @@ class TorchGlooBackend(ShardBackend):
         torch_rules.activate(mutant)
 
     def features(self) -> frozenset:
-        """Probed from the installed torch (see :data:`meshtest.model.rules.FEATURES`)."""
-        import torch.distributed.tensor.parallel as tp
+        """Probed from the installed torch, each by its own probe (:data:`FEATURE_PROBES`), on this
+        backend's device type: none is assumed present or absent, so a torch that gains a
+        feature (a CPU strategy for flash attention, a CPU RNG tracker) runs its cases."""
+        device = self.probe_device()
+        return frozenset(name for name, probe in FEATURE_PROBES.items() if probe(device))
 
-        found = {"dtensor"}
-        styles = ("ColwiseParallel", "RowwiseParallel", "SequenceParallel", "PrepareModuleInput",
-                  "PrepareModuleOutput", "PrepareModuleInputOutput", "parallelize_module")
-        if all(hasattr(tp, n) for n in styles):
-            found.add("tp.styles")
-        if hasattr(tp, "NoParallel"):
-            found.add("tp.no_parallel")
-        if all(hasattr(tp, n) and "reduce_dtype" in inspect.signature(getattr(tp, n)).parameters
-               for n in ("RowwiseParallel", "PrepareModuleOutput")):
-            found.add("tp.reduce_dtype")
-        if hasattr(tp, "loss_parallel"):
-            found.add("loss_parallel")
-        try:
-            from torch.distributed.tensor.debug import CommDebugMode  # noqa: F401
-            found.add("comm_debug_mode")
-        except ImportError:
-            pass
-        try:
-            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: F401
-            found.update({"fsdp2", "fsdp2.mixed_precision"})
-        except ImportError:
-            pass
-        found.update(_probe_modules({
-            "training": (),
-            "pipelining": ("torch.distributed.pipelining",),
-            "checkpoint": ("torch.utils.checkpoint",),
-            "dcp": ("torch.distributed.checkpoint",),
-            "meta_init": (),
-        }))
-        import torch.distributed.pipelining as pipelining
-        if hasattr(pipelining, "ScheduleInterleavedZeroBubble") and hasattr(pipelining, "ScheduleZBVZeroBubble"):
-            found.add("pipelining.zero_bubble")
-        # This backend runs on CPU: context parallel needs a sharding strategy for the CPU flash
-        # attention kernel (torch 2.13 has none: NotImplementedError), DTensor's RNG tracker a
-        # CUDA-like device (is_rng_supported_mesh is False on CPU), symmetric memory device peer
-        # memory. Those features stay absent, so their cases report unsupported with the reason.
-        return frozenset(found)
+    def probe_device(self) -> str:
+        """The device type the feature probes ask about (``cpu`` here)."""
+        return "cpu"
 
     def scenario_api(self) -> Any:
         """torch's names for the spec's concepts; a missing one (e.g. ``NoParallel`` in torch

@@ -49,7 +49,7 @@ from ..errors import CaseFileError, MeshtestError
 from ..model import rules
 from ..model.known import judge
 from ..model.registry import BrokenCase, Registry, check_against_scan, load_case_file
-from ..model.scan import ScannedCase, scan_case_file
+from ..model.scan import ScannedCase, case_id, scan_case_file
 from ..platforms.backend import ShardBackend, load_backend
 from ..proctree import die_with_parent
 from ..status import Status
@@ -69,18 +69,19 @@ class RankStream:
     def emit(self, event: RankEvent) -> None:
         self.f.write(json.dumps(event_to_json(event)) + "\n")
         self.f.flush()
-        if isinstance(event, RankRecord):
-            log.info("case %s: %s at step %s (%.3fs)%s", event.case, event.status, event.step, event.duration_s,
-                     f"\n{event.error}" if event.error else "")
+        if isinstance(event, RankRecord):  # the log names the case as its start line does (event.case is file::name)
+            log.info("case %s: %s at step %s (%.3fs)%s", event.case.rsplit("::", 1)[-1], event.status, event.step,
+                     event.duration_s, f"\n{event.error}" if event.error else "")
 
     def close(self) -> None:
         self.f.close()
 
 
 def load_cases(plan_cases: Tuple[ScannedCase, ...]) -> Tuple[Dict[str, Any], Dict[str, str]]:
-    """Import each file of the plan once and check it against a fresh static scan.
+    """Import each file of the plan once (skipping the declarations its static scan found broken:
+    :func:`meshtest.model.registry.load_case_file`) and check it against that scan.
 
-    :returns: (cases by name, load error by file).
+    :returns: (cases by ID, ``file::name``; load error by file).
     """
     registry = Registry(keep_broken=True)
     cases: Dict[str, Any] = {}
@@ -90,9 +91,9 @@ def load_cases(plan_cases: Tuple[ScannedCase, ...]) -> Tuple[Dict[str, Any], Dic
             scan = scan_case_file(file)
             if scan.error:
                 raise CaseFileError(file, "static-scan", scan.error)
-            loaded = load_case_file(file, registry)
+            loaded = load_case_file(file, registry, scan)
             check_against_scan(scan, loaded)
-            cases.update((c.name, c) for c in loaded)
+            cases.update((case_id(file, c.name), c) for c in loaded)
         except MeshtestError as e:
             errors[file] = str(e)
     return cases, errors
@@ -162,7 +163,7 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
         with this process's result; empty: one record, for ``rank``.
     """
     timeout_s = deadline_s(case, plan)
-    out.emit(CaseStarted(case.name, time.time(), timeout_s))
+    out.emit(CaseStarted(sc.id, time.time(), timeout_s))
     log.info("case %s: start (deadline %.0fs)", case.name, timeout_s)
     # At the deadline every thread's stack goes to this rank's log, before the runner kills the launch.
     faulthandler.dump_traceback_later(timeout_s, exit=False, file=sys.stderr)
@@ -177,7 +178,7 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
         files = CaseFiles(os.path.join(plan.cases_dir, case.name),
                           os.path.join(os.path.dirname(sc.file), "golden", f"{case.name}.json"), sc.file)
         with _recording(plan, sc, backend, rank, simulated):
-            result = pipeline.run(case, backend, mesh, lambda step: out.emit(StepEntered(case.name, step)), phase,
+            result = pipeline.run(case, backend, mesh, lambda step: out.emit(StepEntered(sc.id, step)), phase,
                                   files)
         changes = state_changes(before, backend.global_state())
         if changes:
@@ -187,7 +188,7 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
     elapsed = time.perf_counter() - t0
     status, error = judge(case.known_failure, result.status, result.step, result.error)
     for r in simulated or (rank,):
-        out.emit(RankRecord(case.name, sc.file, plan.group_id, r, status, result.step, elapsed, error, result.detail,
+        out.emit(RankRecord(sc.id, sc.file, plan.group_id, r, status, result.step, elapsed, error, result.detail,
                             getattr(case, "divergence", None) or ""))
     return result.status, status
 
@@ -229,7 +230,7 @@ def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend
     # The process-group timeout (one per launch) is half the longest deadline among the plan's
     # cases: shorter than that case's deadline, and long enough for a peer that is legitimately
     # slow inside a long case (a rank waiting for it at the fence waits this long at most).
-    pg_timeout_s = max(deadline_s(cases.get(sc.name), plan) for sc in plan.cases) / 2
+    pg_timeout_s = max(deadline_s(cases.get(sc.id), plan) for sc in plan.cases) / 2
     if plan.collective_checks and not backend.enable_collective_checks():
         log.info("platform %s has no collective fingerprint checks; running without", plan.platform)
     backend.init(plan.device_kind, timeout_s=pg_timeout_s)
@@ -240,9 +241,9 @@ def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend
                            f"{plan.mesh_shape} needs {math.prod(plan.mesh_shape)}")
     meshes: Dict[tuple, Any] = {}
     for sc in plan.cases:
-        case = cases.get(sc.name)
+        case = cases.get(sc.id)
         if sc.file in load_errors:
-            out.emit(RankRecord(sc.name, sc.file, plan.group_id, rank, Status.ERROR, "load", 0.0, load_errors[sc.file]))
+            out.emit(RankRecord(sc.id, sc.file, plan.group_id, rank, Status.ERROR, "load", 0.0, load_errors[sc.file]))
             status = judged = Status.ERROR
         else:
             # each case's own mesh (shape and axis names; an op case whose names are labels still sees
@@ -260,14 +261,14 @@ def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend
         # (gloo's monitored_barrier); the others wait at most the process-group timeout, which the
         # watcher is told too.
         fence_s = fence_timeout_s(case, status, plan)
-        out.emit(FenceEntered(sc.name, max(fence_s, pg_timeout_s)))
+        out.emit(FenceEntered(sc.id, max(fence_s, pg_timeout_s)))
         if not backend.case_fence(timeout_s=fence_s):
             log.info("case %s: not every rank reached its end within %.0fs (after %s here); giving up this launch",
                      sc.name, fence_s, status)
             return backend, True
         if plan.fail_fast and fails_suite(backend, judged):
             log.info("fail-fast gate: stopping after %s failed", sc.name)
-            out.emit(Stopped(sc.name))
+            out.emit(Stopped(sc.id))
             break
     out.emit(RankDone(rank))
     return backend, False
@@ -313,11 +314,11 @@ def run_local_plan(plan: LaunchPlan, out: RankStream, cases: Dict[str, Any], loa
     meshes: Dict[tuple, Any] = {}
     while (i := queue.take()) is not None:
         sc = plan.cases[i]
-        case = cases.get(sc.name)
+        case = cases.get(sc.id)
         ranks = tuple(range(sc.world_size))
         if sc.file in load_errors:
             for r in ranks:
-                out.emit(RankRecord(sc.name, sc.file, plan.group_id, r, Status.ERROR, "load", 0.0,
+                out.emit(RankRecord(sc.id, sc.file, plan.group_id, r, Status.ERROR, "load", 0.0,
                                     load_errors[sc.file]))
             judged = Status.ERROR
         else:
@@ -331,7 +332,7 @@ def run_local_plan(plan: LaunchPlan, out: RankStream, cases: Dict[str, Any], loa
         if plan.fail_fast and fails_suite(backend, judged):
             log.info("fail-fast gate: stopping after %s failed", sc.name)
             queue.stop()
-            out.emit(Stopped(sc.name))
+            out.emit(Stopped(sc.id))
             break
     out.emit(RankDone(worker))
     return backend

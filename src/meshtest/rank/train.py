@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from .. import checkpoints
+from ..model.rules import GOLDEN_LAYERS, NO_GOLDEN_NOTE
 from ..model.spec import CompareSpec
 from ..model.train import QUANTITIES, TrainCase
 from ..platforms.backend import ShardBackend, TrainSnapshot
@@ -60,9 +61,6 @@ class CaseFiles:
     source: str = ""
 
 
-#: Layers whose training cases have a golden loss curve in the repository (seed 001 §4.5:
-#: regressions pinned to the platform release; ``tools/golden_curves.py`` records them).
-GOLDEN_LAYERS = (2, 3)
 
 
 def run_train(case: TrainCase, backend: ShardBackend, mesh: Any, on_step: OnStep = None,
@@ -121,18 +119,33 @@ def check_golden(case: TrainCase, par: List[TrainSnapshot], path: str, build: Di
     Exact (float32 equality) when the golden curve was recorded with the same build
     (:meth:`ShardBackend.build_info`) — a new torch release that changes a curve fails here,
     naming the case; when only the CPU code path differs (``cpu_capability``: AVX2 against
-    AVX512 kernels round differently), within the case's loss tolerance, with a note. A missing
-    golden file is a note (``src/tests/test_golden.py`` requires one per layer-2/3 case).
+    AVX512 kernels round differently), within the case's loss tolerance. Every comparison made
+    leaves a note (``golden curve: 3 step(s) equal to ...``), so a run's results show it happened.
 
-    :raises CompareError: at the first step whose loss differs, naming both values and builds,
-        and the command that regenerates the curves of ``source`` (the case file).
+    The curves of a case file live in its directory's ``golden/``: when that directory is
+    missing, the run cannot read the curves (a Pants target must depend on them; the case
+    fails); when it exists but holds no file for this case, the case is new: a note
+    (:data:`meshtest.model.train.NO_GOLDEN_NOTE`) the closing summary lists once
+    (``src/tests/test_golden.py`` requires a curve for every layer-2/3 case of the repository).
+
+    :raises CompareError: the golden directory is missing, the file is unreadable, or at the first
+        step whose loss differs, naming both values and builds, and the command that regenerates
+        the curves of ``source`` (the case file).
     """
     regenerate = " ".join(["python3 tools/golden_curves.py --write", source]).rstrip()
+    if not os.path.isdir(os.path.dirname(path)):
+        raise CompareError(f"golden curves: {os.path.dirname(path)}/ is not in this run's files, so the curve of "
+                           f"{case.name} cannot be read (a Pants case target depends on its golden files, "
+                           "e.g. dependencies=[':golden']; a new case directory records its first curves with "
+                           f"{regenerate})")
     if not os.path.exists(path):
-        notes.append(f"no golden curve at {path} ({regenerate} records one)")
+        notes.append(f"{NO_GOLDEN_NOTE} ({regenerate} records one)")
         return
-    with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise CompareError(f"golden curve {path} cannot be read: {e}") from None
     mine = _losses(par)
     if all(v is None for v in mine):  # a pipeline stage before the last computes no loss
         return
@@ -147,8 +160,6 @@ def check_golden(case: TrainCase, par: List[TrainSnapshot], path: str, build: Di
     recorded = doc.get("build", {})
     versions_equal = all(recorded.get(k) == v for k, v in build.items() if k != "cpu_capability")
     exact = recorded == build or not versions_equal
-    if not exact:
-        notes.append(f"golden curve recorded with {recorded}, this run {build}: compared within the loss tolerance")
     for i, (got, want) in enumerate(zip(mine, stored), start=start):
         if got is None or want is None:
             continue
@@ -158,6 +169,9 @@ def check_golden(case: TrainCase, par: List[TrainSnapshot], path: str, build: Di
         if not exact and case.compare.loss is not None:
             compare_arrays(np.float32(want), np.float32(got), "float32", "float32", case.compare.loss,
                            label=f"golden curve {path}: step {i} loss")
+    compared = sum(got is not None and want is not None for got, want in zip(mine, stored))
+    how = "equal to" if exact else f"within the loss tolerance of (recorded with {recorded}, this run {build})"
+    notes.append(f"golden curve: {compared} step(s) from step {start} {how} {os.path.basename(path)}")
 
 
 def run_stability(case: TrainCase, backend: ShardBackend, mesh: Any, files: Optional[CaseFiles],

@@ -14,6 +14,7 @@ import re
 from typing import Dict, Iterable, List, Sequence, TextIO
 
 from ..contract import CaseOutcome
+from ..model.rules import NO_GOLDEN_NOTE
 from ..status import FAILING, Status
 
 
@@ -43,7 +44,8 @@ def format_outcome(o: CaseOutcome) -> str:
             head += f"  known failure reproduced: rank(s) {','.join(ranks)} {lead.status} at step {lead.step}"
         if o.divergence and o.status is Status.PASS:
             head += "  (divergence from spec)"
-        return head + "".join(f"\n          note: {ln}" for ln in o.detail.splitlines())
+        return head + "".join(f"\n          note: {ln}" for ln in o.detail.splitlines()
+                              if not ln.startswith(NO_GOLDEN_NOTE))
     lines = [head + f"  {o.file}"]
     seen: Dict[tuple, List[str]] = {}
     for f in o.failures:
@@ -93,6 +95,10 @@ def summary_lines(outcomes: Sequence[CaseOutcome], notes: Iterable[str] = ()) ->
     if unsupported:
         lines.append(f"unsupported on platform ({len(unsupported)}; not run, never counted as passed):")
         lines.extend(f"  {o.case}: {_first_line(o.failures[0].error) if o.failures else ''}" for o in unsupported)
+    new = [o.case for o in outcomes if NO_GOLDEN_NOTE in o.detail]
+    if new:
+        lines.append(f"{len(new)} training case(s) have no golden curve yet (python3 tools/golden_curves.py --write "
+                     f"FILE records them): {', '.join(new)}")
     divergent = [o for o in outcomes if o.divergence and o.status is Status.PASS]
     if divergent:
         lines.append(f"divergences from spec ({len(divergent)}; each case asserts the platform's actual behaviour):")

@@ -134,7 +134,7 @@ def _read_outcome(m: MutantResult, out_dir: str, cases: Sequence[ScannedCase], r
     if not cases:
         m.state = "no_cases"
         return
-    files = {c.name: c.file for c in cases}
+    by_id = {c.id: c for c in cases}  # rank events name a case by its ID, file::name
     started: List[str] = []
     recorded: Dict[str, str] = {}
     stream = os.path.join(out_dir, "rank0.jsonl")
@@ -151,13 +151,13 @@ def _read_outcome(m: MutantResult, out_dir: str, cases: Sequence[ScannedCase], r
                     recorded.setdefault(ev.case, ev.status.value)
                 elif isinstance(ev, RankRecord):
                     recorded.setdefault(ev.case, "")
-    m.cases = [case_key(files[c], c) for c in started if c in files]
+    m.cases = [case_key(by_id[c].file, by_id[c].name) for c in started if c in by_id]
     for c in started:
         status = recorded.get(c)
         if status is None:  # started, never recorded: the process hung or died inside it
             status = "timeout" if killed_at_deadline else "crash"
-        if status:
-            m.killers[case_key(files[c], c)] = status
+        if status and c in by_id:
+            m.killers[case_key(by_id[c].file, by_id[c].name)] = status
     if rc not in (0, None) and not m.killers:
         m.killers["(process)"] = f"crash (exit {rc})"
     m.state = "killed" if m.killers else "survived"

@@ -164,7 +164,9 @@ async def setup_meshtest_runner_for_case_files(
     )
     requirements_pex, sources, scratch_dirs = await MultiGet(
         Get(Pex, RequirementsPexRequest(addresses)),
-        Get(PythonSourceFiles, PythonSourceFilesRequest(transitive_targets.closure)),
+        # `files` dependencies too (golden curves, data a case reads): a case must find in its
+        # sandbox what its target depends on, as it does from the repository root.
+        Get(PythonSourceFiles, PythonSourceFilesRequest(transitive_targets.closure, include_files=True)),
         Get(Digest, CreateDigest([Directory(ARTIFACTS_DIR), Directory(SANDBOX_HOME)])),
     )
     # A venv (not a zipped PEX) so `sys.executable` is an interpreter that has the requirements:
