@@ -9,7 +9,9 @@ runs these; src/tests/test_known_failures_torch.py does, and asserts each verdic
 - ``kf_declared_crash``: a rank aborts inside gloo's size check at ``gather`` (every rank's
   output claims another global shape): the declared crash, ``xfail``;
 - ``kf_other_crash``: the same abort under a mark expecting another message: ``crash``, saying
-  what was expected.
+  what was expected;
+- ``kf_near_deadline``: passes, but in over half of its deadline: reported near it, with its
+  slowest step and the frame it spent its time in (it runs before the crashes).
 
 By hand: ``python -m meshtest run cases/faults/case_faults_known.py --tag cpu_faults``.
 """
@@ -66,9 +68,30 @@ register(OpShardCase(name="kf_reproduced", fn=setitem_column, inputs=[InputSpec(
                      known_failure=NO_FILL_RULE))
 register(OpShardCase(name="kf_fixed", fn=doubled, inputs=[InputSpec((4, 6))], placements=[(Shard(0),)],
                      mesh_shape=(2,), compare=CompareSpec.equal(), tags=FAULTS, known_failure=NO_FILL_RULE))
+
+
+def slow_on_the_distributed_path(x):
+    """Over half of its 8 s deadline in one Python frame on the distributed path (a stand-in for
+    torch's slow sharding propagation): reported near its deadline, naming the frame. It runs
+    before the crashing cases, in a launch whose earlier cases paid DTensor's first-op warm-up
+    (seconds on a loaded machine), so the busy step is the slowest one."""
+    if hasattr(x, "placements"):
+        import time
+
+        deadline = time.perf_counter() + 4.5
+        while time.perf_counter() < deadline:
+            sum(range(1000))
+    return x * 2.0
+
+
+register(OpShardCase(name="kf_near_deadline", fn=slow_on_the_distributed_path, inputs=[InputSpec((4, 6))],
+                     placements=[(Shard(0),)], mesh_shape=(2,), compare=CompareSpec.equal(), tags=FAULTS,
+                     timeout_s=8.0))
+
 register(OpShardCase(name="kf_declared_crash", fn=global_shape_differs_per_rank, inputs=[InputSpec((4, 4))],
                      placements=[(Replicate(),)], mesh_shape=(2,), compare=CompareSpec.equal(), tags=FAULTS,
                      known_failure=SIZE_CHECK))
 register(OpShardCase(name="kf_other_crash", fn=global_shape_differs_per_rank, inputs=[InputSpec((4, 4))],
                      placements=[(Replicate(),)], mesh_shape=(2,), compare=CompareSpec.equal(), tags=FAULTS,
                      known_failure=OTHER_CRASH))
+

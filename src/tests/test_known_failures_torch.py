@@ -34,14 +34,14 @@ def test_each_mark_passes_only_the_failure_it_declares(known_run):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert {k: v["status"] for k, v in results.items()} == {
         "kf_typo_before_the_bug": "fail", "kf_reproduced": "xfail", "kf_fixed": "xpass",
-        "kf_declared_crash": "xfail", "kf_other_crash": "crash"}
+        "kf_declared_crash": "xfail", "kf_other_crash": "crash", "kf_near_deadline": "pass"}
     typo = results["kf_typo_before_the_bug"]["failures"][0]
     assert typo["step"] == "reference"
     assert typo["error"].startswith("expected raises at step run matching /NotImplementedError")
     assert "got error at step reference: AttributeError: 'Tensor' object has no attribute 'dobule'" in typo["error"]
     assert "remove the mark" in results["kf_fixed"]["failures"][0]["error"]
     assert results["kf_reproduced"]["known_failure"].startswith("raises at step run matching")
-    assert proc.stdout.splitlines()[-2] == "meshtest: 0 passed, 2 xfailed, 3 failed"
+    assert proc.stdout.splitlines()[-2] == "meshtest: 1 passed, 2 xfailed, 3 failed"
 
 
 def test_a_crash_leads_with_the_dead_ranks_own_native_error(known_run):
@@ -65,3 +65,12 @@ def test_junit_writes_xfail_as_pytest_does(known_run):
     assert skipped.type == "pytest.xfail" and skipped.message.startswith("known failure: raises at step run")
     (failure,) = cases["kf_fixed"].result
     assert failure.type == "xpass"
+
+
+def test_a_case_near_its_deadline_is_reported_with_its_slowest_step_and_where_it_spent_it(known_run):
+    proc, _, results = known_run
+    note = next(ln for ln in results["kf_near_deadline"]["detail"].splitlines() if ln.startswith("near its deadline"))
+    assert re.match(r"near its deadline: \d+\.\d s of its 8 s deadline \(\d+%\); steps build", note), note
+    # the slowest step, and the frame it spent its samples in: the case's own function here
+    assert "slowest step run: " in note and "case_faults_known.py:" in note and "slow_on_the_distributed_path" in note
+    assert "1 case(s) came near their deadline" in proc.stdout  # listed once in the closing summary

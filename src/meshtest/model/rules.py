@@ -399,3 +399,6 @@ GOLDEN_LAYERS = (2, 3)
 #: recorded yet (:data:`NO_GOLDEN_NOTE`, which the closing summary lists once, not per case).
 GOLDEN_NOTE = "golden curve:"
 NO_GOLDEN_NOTE = "golden curve: none recorded yet"
+#: How the note of a case that came near its deadline starts (``meshtest.rank.slow``): the closing
+#: summary lists those cases once.
+NEAR_DEADLINE_NOTE = "near its deadline:"

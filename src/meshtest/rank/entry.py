@@ -54,6 +54,7 @@ from ..platforms.backend import ShardBackend, load_backend
 from ..proctree import die_with_parent
 from ..status import Status
 from . import pipeline
+from .slow import CaseClock
 from .train import CaseFiles, PhaseRun
 
 log = logging.getLogger("meshtest.rank")
@@ -177,9 +178,13 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
                                                        os.path.join(plan.cases_dir, case.name))
         files = CaseFiles(os.path.join(plan.cases_dir, case.name),
                           os.path.join(os.path.dirname(sc.file), "golden", f"{case.name}.json"), sc.file)
-        with _recording(plan, sc, backend, rank, simulated):
-            result = pipeline.run(case, backend, mesh, lambda step: out.emit(StepEntered(sc.id, step)), phase,
-                                  files)
+        def on_step(step: str) -> None:
+            clock.step(step)
+            out.emit(StepEntered(sc.id, step))
+
+        with _recording(plan, sc, backend, rank, simulated), CaseClock(timeout_s, backend.library_paths()) as clock:
+            clock.step("build")
+            result = pipeline.run(case, backend, mesh, on_step, phase, files)
         changes = state_changes(before, backend.global_state())
         if changes:
             backend.restore_global_state(before)
@@ -187,8 +192,10 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
     faulthandler.cancel_dump_traceback_later()
     elapsed = time.perf_counter() - t0
     status, error = judge(case.known_failure, result.status, result.step, result.error)
+    near = None if isinstance(case, BrokenCase) else clock.note(elapsed)
+    detail = "\n".join(n for n in (result.detail, near) if n)
     for r in simulated or (rank,):
-        out.emit(RankRecord(sc.id, sc.file, plan.group_id, r, status, result.step, elapsed, error, result.detail,
+        out.emit(RankRecord(sc.id, sc.file, plan.group_id, r, status, result.step, elapsed, error, detail,
                             getattr(case, "divergence", None) or ""))
     return result.status, status
 

@@ -14,7 +14,7 @@ import re
 from typing import Dict, Iterable, List, Sequence, TextIO
 
 from ..contract import CaseOutcome
-from ..model.rules import NO_GOLDEN_NOTE
+from ..model.rules import NEAR_DEADLINE_NOTE, NO_GOLDEN_NOTE
 from ..status import FAILING, Status
 
 
@@ -95,6 +95,11 @@ def summary_lines(outcomes: Sequence[CaseOutcome], notes: Iterable[str] = ()) ->
     if unsupported:
         lines.append(f"unsupported on platform ({len(unsupported)}; not run, never counted as passed):")
         lines.extend(f"  {o.case}: {_first_line(o.failures[0].error) if o.failures else ''}" for o in unsupported)
+    near = [(o, ln) for o in outcomes for ln in o.detail.splitlines() if ln.startswith(NEAR_DEADLINE_NOTE)]
+    if near:
+        lines.append(f"{len(near)} case(s) came near their deadline (a timeout waiting to happen; raise timeout_s= "
+                     "or make the case cheaper):")
+        lines.extend(f"  {o.case} [{o.file}]: {ln[len(NEAR_DEADLINE_NOTE):].strip()}" for o, ln in near)
     new = [o.case for o in outcomes if NO_GOLDEN_NOTE in o.detail]
     if new:
         lines.append(f"{len(new)} training case(s) have no golden curve yet (python3 tools/golden_curves.py --write "
