@@ -2,7 +2,8 @@
 """Judge the result lines of a ``./pants test`` run from its output (``tools/check-incremental``).
 
 Pants prints one line per test run: ``✓ cases/torch/case_sort.py succeeded in 8.12s.`` (``✕ ...
-failed``), with ``(cached)`` or ``(memoized)`` when the result came from a cache. Usage::
+failed``; a batch of case files: ``✓ cases/torch/case_cat.py and 10 other files succeeded ...``),
+with ``(cached)`` or ``(memoized)`` when the result came from a cache. Usage::
 
     ./pants ... test ... 2>&1 | python3 tools/pants_results.py --all-cached    # a warm rerun
     ./pants ... test ... 2>&1 | python3 tools/pants_results.py --some-fresh    # a changed cache key
@@ -18,7 +19,7 @@ import re
 import sys
 from typing import List, Tuple
 
-_RESULT = re.compile(r"^(✓|✕) (\S+) (succeeded|failed)")
+_RESULT = re.compile(r"^(✓|✕) \S+( and \d+ other files?)? (succeeded|failed)")
 _CACHED = re.compile(r"\((cached|memoized)")
 
 

@@ -89,6 +89,11 @@ def test_hang_names_the_rank_and_step_and_dumps_its_stack(fault_run):
     assert "TIMEOUT fault_hang_loop" in proc.stdout and "rank(s) 1: timeout at step run" in proc.stdout
     launch = results["fault_hang_loop"]["launch_dir"]
     assert "loop_on_rank1" in (out / "ranks" / launch / "rank1.log").read_text()  # the stack dump at the deadline
+    # the report quotes the innermost frames of that dump (where it was), not the log's last lines
+    # (the outermost frames: the launcher that forked the rank)
+    lines = hang[1]["error"].splitlines()
+    at = lines.index("-- rank1.log, its stack (innermost frame first):")
+    assert lines[at + 1].startswith("cases/faults/case_faults.py:") and "in loop_on_rank1" in lines[at + 1], lines
 
 
 def test_skipped_collective_is_a_timeout_in_its_own_case(fault_run):
@@ -283,7 +288,7 @@ def _start_and_wait_for_hang(tmp_path):
                             env={**os.environ, "PYTHONPATH": SRC_ROOT})
     rank1 = out / "ranks" / "w2" / "rank1.jsonl"
     deadline = time.time() + 120
-    in_loop = '"step", "case": "fault_hang_loop", "step": "run"'
+    in_loop = '::fault_hang_loop", "step": "run"'  # the event names the case file::name
     while time.time() < deadline and not (rank1.exists() and in_loop in rank1.read_text()):
         time.sleep(0.2)  # rank 1 now loops inside fault_hang_loop; rank 0 waits in a collective
     assert len(ranks_alive(str(out))) >= 2, "the ranks should be running"

@@ -72,7 +72,7 @@ def test_dead_worker_is_reported_within_seconds_with_its_log(fault_run):
     launch = os.path.join(out, "ranks", r["launch_dir"])
     started = [json.loads(ln) for ln in open(os.path.join(launch, "rank1.jsonl"), encoding="utf-8")
                if '"start"' in ln]
-    t_case = next(e["t"] for e in started if e["case"] == "ms_fault_rank1_dies")
+    t_case = next(e["t"] for e in started if e["case"].endswith("::ms_fault_rank1_dies"))  # the case ID: file::name
     ended = re.search(r"# meshtest: t=([0-9.]+) rank process", open(os.path.join(launch, "launcher.log")).read())
     assert ended, "the launcher log does not say when the watcher ended the launch"
     assert float(ended.group(1)) - t_case < 15.0

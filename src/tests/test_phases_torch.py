@@ -31,7 +31,17 @@ def _results(out):
     return {json.loads(line)["case"]: json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()}
 
 
-@nightly  # ~60 s: three 2-phase launches; CI runs the phased training cases themselves (case_train_l4_resume)
+def test_a_resume_that_drops_the_optimizer_fails_at_the_first_resumed_step(tmp_path):
+    """The resume-continuity canary (docs/strength.md, "Canaries"): on every landing, one drill."""
+    proc = _cli(tmp_path, "--case", "fault_resume_drops_optimizer")
+    result = _results(tmp_path / "out")["fault_resume_drops_optimizer"]
+    assert result["status"] == "fail", proc.stdout + proc.stderr
+    failure = result["failures"][0]
+    assert failure["step"] == "phase2 compare"
+    assert failure["error"].startswith("phase 2/2 (mesh (1,)): resumed run vs the continuous run: step 2 "), failure
+
+
+@nightly  # ~60 s: the four drills; the optimizer's runs on every landing (the canary above)
 def test_a_resume_that_drops_state_fails_at_the_first_diverging_step(tmp_path):
     proc = _cli(tmp_path, "--case", "fault_resume_drops_*")
     results = _results(tmp_path / "out")

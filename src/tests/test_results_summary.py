@@ -64,7 +64,7 @@ def _pants_results(stdin, *args):
 
 
 def test_pants_result_lines_no_line_proves_nothing():
-    warm = ("✓ cases/torch/case_cat.py succeeded in 8.1s (cached locally).\n"
+    warm = ("✓ cases/torch/case_cat.py and 10 other files succeeded in 8.1s (cached locally).\n"
             "✓ cases/torch/case_sort.py succeeded in 4.2s (memoized).\n")
     assert _pants_results(warm, "--all-cached").returncode == 0
     assert _pants_results(warm, "--some-fresh").returncode == 1

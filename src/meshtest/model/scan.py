@@ -146,6 +146,11 @@ def case_id(file: str, name: str) -> str:
     return f"{file}::{name}"
 
 
+def name_of(case: str) -> str:
+    """The name in a case ID (``file::name`` → ``name``), for messages people read."""
+    return case.rsplit("::", 1)[-1]
+
+
 _OWN_FIELDS = ("file", "lineno", "kind", "phase_meshes", "phase")
 if set(ScannedCase.__dataclass_fields__) != set(_OWN_FIELDS + schema.SCANNED_FIELDS):  # pragma: no cover
     raise TypeError(f"ScannedCase fields {sorted(ScannedCase.__dataclass_fields__)} differ from the schema's "

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import FrozenSet, Optional, Sequence, Tuple
 
+from ..model.scan import name_of
 from ..status import Status
 
 #: How many times a launch that failed its rendezvous on a port in use is retried.
@@ -85,8 +86,8 @@ def decide(remaining: Sequence[str], facts: LaunchFacts, clashes_so_far: int = 0
     died = Status.TIMEOUT if facts.timed_out else Status.CRASH
     if facts.stopped_after:
         return Decision(complete, not_run=incomplete, notes=(
-            f"fail-fast: stopped after {facts.stopped_after} failed; {len(incomplete)} case(s) of {facts.group_id} "
-            "not run",))
+            f"fail-fast: stopped after {name_of(facts.stopped_after)} failed; {len(incomplete)} case(s) of "
+            f"{facts.group_id} not run",))
     if not incomplete:
         notes = () if facts.clean or facts.timed_out else (
             f"teardown warning: launch {facts.launch_name} ended with {facts.exit_text} after every rank recorded "

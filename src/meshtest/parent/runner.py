@@ -27,7 +27,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from ..contract import DEFAULT_CASE_TIMEOUT_S, CaseOutcome
 from ..errors import DeviceUnavailable, SelectionError
 from ..model.rules import LOCAL_LANE_TAG
-from ..model.scan import FileScan, ScannedCase, case_id, scan_case_file
+from ..model.scan import FileScan, ScannedCase, case_id, name_of, scan_case_file
 from ..platforms import probe
 from ..platforms.backend import backend_info
 from ..report import reporter
@@ -270,7 +270,7 @@ def _decided_outcomes(decision: relaunch.Decision, group: Group, res: LaunchResu
     found += [outcomes.interrupted(by_id[n], group, res, decision.interrupted_status) for n in decision.interrupted]
     if decision.not_run:
         found += outcomes.not_run([by_id[n] for n in decision.not_run], group,
-                                  f"not run: fail-fast gate stopped after {res.stopped_after} failed")
+                                  f"not run: fail-fast gate stopped after {name_of(res.stopped_after or '')} failed")
     return found
 
 
