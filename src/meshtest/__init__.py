@@ -25,6 +25,7 @@ _EXPORTS = {
     "KnownFailure": "model.known",
     "register": "model.registry",
     "register_sweep": "model.registry",
+    "register_generated": "model.registry",
     "GATE_TAGS": "model.rules",
     "FEATURES": "model.rules",
     "CompareSpec": "model.spec",

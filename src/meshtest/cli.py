@@ -13,6 +13,7 @@ Examples::
     python -m meshtest coverage cases/torch/training/seed001_domains.txt cases/torch/training/case_*.py
     python -m meshtest coverage-ops --tag cpu_level0 --baseline default   # sharding-rule coverage vs the baseline
     python -m meshtest mutate --tag cpu_level0                          # kill matrix of sharding-rule mutants
+    python -m meshtest generate opinfo [--check]                        # cases from torch's OpInfo database
 """
 from __future__ import annotations
 
@@ -153,6 +154,16 @@ def _strength_parsers(sub) -> None:
     m.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants at once (default: CPU cores)")
     m.add_argument("--case-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="deadline of one case under a mutant (default 60)")
+    g = sub.add_parser("generate", help="write the manifests of generated op cases (docs/strength.md, "
+                                        "'Generated cases')")
+    g.add_argument("source", choices=["opinfo"], help="opinfo: torch's OpInfo database")
+    g.add_argument("--out", default="", metavar="DIR", help="where the files go (default cases/torch/opinfo)")
+    g.add_argument("--op", action="append", default=[], metavar="KEY",
+                   help="only this OpInfo (name or name.variant; repeatable)")
+    g.add_argument("--nightly", action="store_true",
+                   help="every sample, dtype, mesh and placement pattern, tagged cpu_nightly (not committed)")
+    g.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 when the files on disk differ from what would be written")
 
 
 def _strength_args(p: argparse.ArgumentParser) -> None:
@@ -365,7 +376,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in ("run", "scan", "count", "ids", "coverage", "coverage-ops", "mutate", "progress",
-                                "-h", "--help"):
+                                "generate", "-h", "--help"):
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
     try:
@@ -386,5 +397,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _cmd_run(args)
     if args.command in ("coverage-ops", "mutate"):
         return _cmd_strength(args)
+    if args.command == "generate":
+        from .strength.generate import OPINFO_DIR, cmd_generate
+
+        return cmd_generate(args.out or OPINFO_DIR, args.op, args.nightly, args.check)
     _parser().print_help()
     return 2

@@ -133,6 +133,31 @@ def register_sweep(
     return plan
 
 
+def register_generated(*, manifest: str) -> int:
+    """Register every case of a generator's manifest (:mod:`meshtest.model.generated`), named
+    relative to the case file being loaded: each entry is built by the generator's platform
+    module (``materialize(entry, manifest_doc)`` → :class:`OpShardCase`), imported only here, on
+    the ranks. The static scan reads the same manifest.
+
+    :returns: how many cases were registered.
+    :raises CaseDeclarationError: rule ``manifest`` (see :func:`meshtest.model.generated.read_manifest`),
+        or as :func:`register` for any entry.
+    """
+    import importlib
+
+    from .generated import GENERATORS, read_manifest
+
+    if not _ACTIVE:
+        raise CaseDeclarationError(inspect.stack()[1].filename, None, "manifest",
+                                   "register_generated() is called by a case file that meshtest loads")
+    file = _ACTIVE[-1][1]
+    doc = read_manifest(file, manifest)
+    materialize = importlib.import_module(GENERATORS[doc["generator"]]).materialize
+    for entry in doc["cases"]:
+        register(materialize(entry, doc))
+    return len(doc["cases"])
+
+
 @contextlib.contextmanager
 def _activate(registry: Registry, file: str) -> Iterator[None]:
     _ACTIVE.append((registry, file))

@@ -550,6 +550,8 @@ class TorchGlooBackend(ShardBackend):
 
     def to_numpy(self, tensor: Any) -> np.ndarray:
         t = tensor.detach()
+        if t._is_zerotensor():  # autograd's all-zero gradient (of sgn, ...) holds no data to read
+            t = torch.zeros(t.shape, dtype=t.dtype)
         if t.dtype in (torch.float16, torch.bfloat16):
             t = t.float()
         return t.contiguous().numpy()

@@ -91,8 +91,16 @@ def runner_dependencies_for(resolve: str | None, default: Iterable[str],
     return tuple(by_resolve.get(resolve, default) if resolve else default)
 
 
-def scan_case_files(spec_path: str, contents: DigestContents) -> tuple[ScannedCaseFile, ...]:
-    """Run the static scan over each file; undecodable bytes become a scan error."""
+def scan_case_files(spec_path: str, contents: DigestContents,
+                    data: DigestContents | None = None) -> tuple[ScannedCaseFile, ...]:
+    """Run the static scan over each file; undecodable bytes become a scan error. ``data``: the
+    JSON files beside the case files, for the manifests of generated cases
+    (``register_generated(manifest=...)``, meshtest.model.generated)."""
+    files = {fc.path: fc.content for fc in (data or ())}
+
+    def read(path: str) -> str:
+        return files[os.path.normpath(path)].decode("utf-8")
+
     scanned = []
     for file_content in contents:
         relpath = os.path.relpath(file_content.path, spec_path or ".")
@@ -103,7 +111,7 @@ def scan_case_files(spec_path: str, contents: DigestContents) -> tuple[ScannedCa
                 ScannedCaseFile(relpath, f"{file_content.path}: not UTF-8 text ({e})", BROKEN_FILE_TAGS, None)
             )
             continue
-        scan = scan_case_source(file_content.path, source)
+        scan = scan_case_source(file_content.path, source, read)
         if scan.error is not None:
             scanned.append(ScannedCaseFile(relpath, scan.error, BROKEN_FILE_TAGS, None))
         else:
@@ -123,7 +131,8 @@ async def generate_meshtest_case_targets(
     generator = request.generator
     paths = await Get(SourcesPaths, SourcesPathsRequest(generator[MeshtestCasesSourcesField]))
     contents = await Get(DigestContents, PathGlobs(paths.files))
-    case_files = scan_case_files(request.template_address.spec_path, contents)
+    data = await Get(DigestContents, PathGlobs([os.path.join(request.template_address.spec_path, "*.json")]))
+    case_files = scan_case_files(request.template_address.spec_path, contents, data)
     return GeneratedTargets(
         generator,
         (

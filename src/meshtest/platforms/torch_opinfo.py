@@ -1,0 +1,684 @@
+"""Op cases generated from torch's OpInfo database: every operator with a DTensor sharding rule,
+its CPU samples, every placement kind.
+
+torch keeps, per operator, a description of how to call it (``OpInfo`` in
+``torch.testing._internal.common_methods_invocations.op_db``): sample inputs (tensors and the
+other arguments) per dtype, the dtypes it supports, whether it supports autograd. torch's own
+``test_dtensor_ops.py`` runs them on DTensors with ``Shard(0)`` / ``Replicate()`` only. Here
+each sample becomes op cases with every placement kind per input (:func:`placement_patterns`):
+``Replicate()``, ``Shard(d)`` for every dim (uneven where the dim does not divide), and
+``Partial(sum|avg|max|min)`` with distinct per-rank parts (:class:`_Parts`), on 1-D meshes of 2,
+3 and 4 ranks and the 2-D mesh ``(2, 2)``; backward where the sample's inputs get gradients.
+
+Two halves:
+
+- :func:`generate` (``python -m meshtest generate opinfo``) discovers the operators, runs each
+  usable sample once on plain tensors (to learn the aten operators it dispatches, its outputs
+  and which inputs get a gradient) and writes one manifest per rule family
+  (:mod:`meshtest.model.generated`), each entry tagged with its gate (:func:`tiers`);
+- :func:`materialize` builds an entry's :class:`OpShardCase` on the ranks: the sample is
+  regenerated from the same seed (cheaply: only when the case runs) and checked against the
+  entry's signature, so a torch whose samples differ fails at step ``build`` naming the drift
+  instead of testing something else.
+
+The reference is the op on the full tensors and the comparison torch's own
+``torch.testing.assert_close`` tolerances for the output dtype (:data:`TOLERANCES`), as for a
+hand-written case.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ..model.known import KnownFailure
+from ..model.local_input import LocalInput
+from ..model.placement import Partial, Placement, Replicate, Shard
+from ..model.spec import CompareSpec, InputSpec, OpShardCase
+
+log = logging.getLogger(__name__)
+
+GENERATOR = "torch-opinfo"
+#: torch's global seed before a sample list is generated (``op.sample_inputs`` draws from it).
+SAMPLE_SEED = 0
+#: The first usable samples considered per OpInfo and dtype.
+MAX_SAMPLES = 8
+#: Meshes the cases run on.
+MESHES_1D = ((2,), (3,), (4,))
+MESH_2D = (2, 2)
+#: torch dtype ↔ meshtest's dtype names (:data:`meshtest.model.spec.DTYPES`); samples with a
+#: tensor of another dtype (complex, int16, ...) are not used.
+DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
+               torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32", torch.int8: "int8",
+               torch.uint8: "uint8", torch.bool: "bool"}
+_TORCH_DTYPES = {v: k for k, v in DTYPE_NAMES.items()}
+FLOATS = ("float32", "float64", "float16", "bfloat16")
+#: ``torch.testing.assert_close``'s default (rtol, atol) per dtype (torch/testing/_comparison.py,
+#: ``_DTYPE_PRECISIONS``); integer and bool outputs are compared exactly.
+TOLERANCES = {"float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5),
+              "float64": (1e-7, 1e-7)}
+#: Reduce ops a Partial input of each dtype is built with: exact ones only for the low-precision
+#: floats (their parts would not sum to the value), none for bool.
+PARTIAL_OPS = {"float32": ("sum", "avg", "max", "min"), "float64": ("sum", "avg", "max", "min"),
+               "float16": ("max", "min"), "bfloat16": ("max", "min"), "int64": ("sum", "max", "min"),
+               "int32": ("sum", "max", "min"), "int8": ("max", "min"), "uint8": ("max",), "bool": ()}
+#: The second dtype tried after float32, in order of preference: a low-precision float, else an integer.
+SECOND_DTYPES = (torch.bfloat16, torch.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# OpInfos and their samples
+
+
+def op_key(op: Any) -> str:
+    """An OpInfo's name in cases and manifests: ``name`` or ``name.variant``."""
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+@functools.lru_cache(maxsize=1)
+def opinfos() -> Dict[str, Any]:
+    """``op_db`` by :func:`op_key` (imported on first use: a few seconds)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return {op_key(op): op for op in op_db}
+
+
+@functools.lru_cache(maxsize=32)
+def samples(key: str, dtype: str) -> Tuple[Any, ...]:
+    """The OpInfo's CPU samples of ``dtype``, drawn from :data:`SAMPLE_SEED` (the caller's random
+    state and dispatch modes are left as they were), in the order of their :func:`signature`:
+    some sample functions iterate over a set, whose order changes from process to process
+    (string hashing is salted), so ``op_db``'s own order does not name a sample."""
+    op = opinfos()[key]
+    state = random.getstate()
+    # plain tensors, whatever mode the caller runs under (the one-process lane's LocalTensorMode)
+    with _disable_current_modes(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SAMPLE_SEED)
+        random.seed(SAMPLE_SEED)
+        try:
+            drawn = list(op.sample_inputs("cpu", _TORCH_DTYPES[dtype], requires_grad=False))
+        finally:
+            random.setstate(state)
+    keyed = []
+    for s in drawn:
+        try:
+            keyed.append((signature(s), s))
+        except Exception:  # noqa: BLE001 — a sample this module cannot describe (sparse, ...) is never used
+            continue
+    return tuple(s for _, s in sorted(keyed, key=lambda kv: kv[0]))
+
+
+def _leaves(sample: Any) -> Tuple[List[Any], Any]:
+    return tree_flatten((sample.input, sample.args, sample.kwargs))
+
+
+def tensors_of(sample: Any) -> List[torch.Tensor]:
+    """The sample's tensors in call order (input, positional, keyword arguments)."""
+    return [x for x in _leaves(sample)[0] if isinstance(x, torch.Tensor)]
+
+
+def signature(sample: Any) -> str:
+    """What the manifest records of a sample to notice drift: each tensor's dtype and shape, and a
+    CRC-32 of the other arguments' text and of the tensors' bytes."""
+    leaves, spec = _leaves(sample)
+    ts = [x for x in leaves if isinstance(x, torch.Tensor)]
+    text = repr(spec) + "|" + "|".join("T" if isinstance(x, torch.Tensor) else repr(x) for x in leaves)
+    data = zlib.crc32(b"".join(_numpy(t).tobytes() for t in ts))
+    shapes = ",".join(f"{DTYPE_NAMES.get(t.dtype, t.dtype)}{list(t.shape)}" for t in ts)
+    return f"{shapes}|{zlib.crc32(text.encode()):08x}|{data:08x}"
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach()
+    return (t.float() if t.dtype == torch.bfloat16 else t).contiguous().numpy()
+
+
+def call(op: Any, sample: Any, tensors: Sequence[Any]) -> Any:
+    """Call ``op`` with ``sample``'s arguments, its tensors replaced by ``tensors`` in order."""
+    leaves, spec = _leaves(sample)
+    it = iter(tensors)
+    inp, args, kwargs = tree_unflatten([next(it) if isinstance(x, torch.Tensor) else x for x in leaves], spec)
+    return op.op(inp, *args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# placements
+
+
+def placement_text(p: Placement) -> str:
+    """``R``, ``S(0)``, ``P(sum)``: how a manifest writes a placement (:func:`parse_placement`)."""
+    if isinstance(p, Shard):
+        return f"S({p.dim})"
+    if isinstance(p, Partial):
+        return f"P({p.reduce_op})"
+    return "R"
+
+
+def parse_placement(text: str) -> Placement:
+    """Inverse of :func:`placement_text`. :raises ValueError: other text."""
+    if text == "R":
+        return Replicate()
+    if text.startswith("S(") and text.endswith(")"):
+        return Shard(int(text[2:-1]))
+    if text.startswith("P(") and text.endswith(")"):
+        return Partial(text[2:-1])
+    raise ValueError(f"not a placement: {text!r}")
+
+
+def _short(text: str) -> str:
+    return text.replace("(", "").replace(")", "")
+
+
+def placement_label(placements: Sequence[Sequence[str]]) -> str:
+    """A case name's placement part: per input its per-mesh-dim placements, inputs joined by ``_``
+    (``S0Psum_R``)."""
+    return "_".join("".join(_short(p) for p in per) for per in placements)
+
+
+def kind_of(placements: Sequence[Sequence[str]], shapes: Sequence[Sequence[int]], mesh: Sequence[int]) -> str:
+    """The placement kind a case stands for in coverage and triage: the kinds of its inputs'
+    non-Replicate placements, sorted (``P(max)``, ``S``, ``S~`` uneven), ``R`` when all replicate,
+    ``2d:`` on a 2-D mesh."""
+    kinds = set()
+    for per, shape in zip(placements, shapes):
+        for k, p in enumerate(per):
+            if p.startswith("S("):
+                d = int(p[2:-1])
+                kinds.add("S~" if shape[d] % mesh[k] else "S")
+            elif p.startswith("P("):
+                kinds.add(p)
+    text = "+".join(sorted(kinds)) or "R"
+    return ("2d:" if len(mesh) > 1 else "") + text
+
+
+# ---------------------------------------------------------------------------------------------
+# what one sample does on plain tensors
+
+
+@dataclass
+class SampleFacts:
+    """One usable sample of an OpInfo at a dtype, as run once on plain tensors."""
+
+    index: int
+    sig: str
+    shapes: List[List[int]]
+    dtypes: List[str]
+    outputs: List[int]  # indices of the tensor outputs (``[0]`` for a single tensor)
+    out_dtypes: List[str]
+    grad_inputs: List[int] = field(default_factory=list)  # tensors that got a gradient
+    aten: List[str] = field(default_factory=list)  # operators with a registered rule it dispatched
+    nonfinite: bool = False  # the op's output holds NaN/Inf for this sample (compared NaN for NaN)
+    random: bool = False  # two runs from the same seed differ (a random op, uninitialised memory)
+
+
+class _AtenOps(TorchDispatchMode):
+    """Records the aten operators a call dispatches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: List[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func)
+        if name not in self.ops:
+            self.ops.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def _outputs(out: Any) -> Optional[List[Tuple[int, torch.Tensor]]]:
+    if isinstance(out, torch.Tensor):
+        return [(0, out)]
+    if isinstance(out, (tuple, list)) and out:
+        found = [(i, o) for i, o in enumerate(out) if isinstance(o, torch.Tensor)]
+        return found or None
+    return None
+
+
+def sample_facts(op: Any, key: str, dtype: str, index: int, sample: Any,
+                 rules: Dict[str, str]) -> Tuple[Optional[SampleFacts], str]:
+    """Run ``sample`` once (forward, and backward when the op supports autograd): its facts, or
+    ``(None, why it is not used)``."""
+    ts = tensors_of(sample)
+    if not ts:
+        return None, "no tensor argument"
+    if any(t.layout != torch.strided or t.is_quantized for t in ts):
+        return None, "a sparse or quantized tensor"
+    bad = sorted({str(t.dtype) for t in ts if t.dtype not in DTYPE_NAMES})
+    if bad:
+        return None, f"a tensor of dtype {', '.join(bad)}"
+    if any(t.numel() == 0 for t in ts):
+        return None, "an empty tensor"
+    rec = _AtenOps()
+    first, second = ([t.detach().clone() for t in ts] for _ in range(2))
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(SAMPLE_SEED)
+            with rec:
+                out = call(op, sample, first)
+            torch.manual_seed(SAMPLE_SEED)
+            again = call(op, sample, second)
+    except Exception as e:  # the op rejects the sample on one device: nothing to compare with
+        return None, f"raises on one device: {type(e).__name__}"
+    outs = _outputs(out)
+    if outs is None:
+        return None, f"returns {type(out).__name__}"
+    if any(o.dtype not in DTYPE_NAMES or o.layout != torch.strided for _, o in outs):
+        return None, "an output of an unsupported dtype or layout"
+    aten = [a for a in rec.ops if a in rules]
+    random_ = not all(_same(o, a) for (_, o), (_, a) in zip(outs, _outputs(again) or []))
+    nonfinite = not random_ and any(o.is_floating_point() and not bool(torch.isfinite(o).all()) for _, o in outs)
+    facts = SampleFacts(index, signature(sample), [list(t.shape) for t in ts], [DTYPE_NAMES[t.dtype] for t in ts],
+                        [i for i, _ in outs], [DTYPE_NAMES[o.dtype] for _, o in outs], aten=aten,
+                        nonfinite=nonfinite, random=random_)
+    if op.supports_autograd and dtype in FLOATS:
+        facts.grad_inputs = _grad_inputs(op, sample, ts)
+    return facts, ""
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit, NaN equal to NaN."""
+    return a.shape == b.shape and (torch.equal(a, b) or a.is_floating_point()
+                                   and bool(torch.isclose(a, b, rtol=0, atol=0, equal_nan=True).all()))
+
+
+def _grad_inputs(op: Any, sample: Any, ts: Sequence[torch.Tensor]) -> List[int]:
+    leaves = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in ts]
+    try:
+        outs = _outputs(call(op, sample, leaves)) or []
+        floats = [o for _, o in outs if o.is_floating_point() and o.requires_grad]
+        if not floats:
+            return []
+        torch.autograd.backward(floats, [torch.ones_like(o) for o in floats])
+    except Exception:  # noqa: BLE001 — no backward for this sample: forward cases only
+        return []
+    return [i for i, t in enumerate(leaves) if t.requires_grad and t.grad is not None]
+
+
+# ---------------------------------------------------------------------------------------------
+# placement patterns and gates
+
+
+def _partial_ok(dtype: str, index: int) -> Tuple[str, ...]:
+    """Partial reduce ops input ``index`` of ``dtype`` may carry: integers only as the primary
+    input (an index argument split into parts would index out of range)."""
+    if dtype not in FLOATS and index != 0:
+        return ()
+    return PARTIAL_OPS[dtype]
+
+
+def placement_patterns(shapes: Sequence[Sequence[int]], dtypes: Sequence[str], mesh: Tuple[int, ...],
+                       full: bool = True) -> List[List[List[str]]]:
+    """Placements to try for a sample's tensors on ``mesh`` (each: per tensor, per mesh dim).
+
+    1-D: each tensor alone ``Shard(d)`` for every dim, then ``Partial(op)`` for each reduce op its
+    dtype allows, the others ``Replicate()``; every tensor ``Shard(d)`` on a dim all have; every
+    float tensor ``Partial(sum)``. 2-D (``full``): the first tensor ``(Shard(d), Shard(e))`` for
+    every pair, ``(Shard(d), Partial(sum))``, ``(Partial(max), Shard(d))``, ``(Replicate(),
+    Shard(d))``. ``full=False``: only the single-tensor patterns.
+    """
+    n = len(shapes)
+    rep = ["R"] * len(mesh)
+    out: List[List[List[str]]] = []
+
+    def alone(i: int, per: List[str]) -> List[List[str]]:
+        return [per if j == i else list(rep) for j in range(n)]
+
+    if len(mesh) == 1:
+        for i, (shape, dt) in enumerate(zip(shapes, dtypes)):
+            out += [alone(i, [f"S({d})"]) for d in range(len(shape))]
+            out += [alone(i, [f"P({r})"]) for r in _partial_ok(dt, i)]
+        if full and n > 1:
+            common = min(len(s) for s in shapes)
+            out += [[[f"S({d})"] for _ in range(n)] for d in range(common)]
+            if all("sum" in _partial_ok(dt, i) for i, dt in enumerate(dtypes)):
+                out.append([["P(sum)"] for _ in range(n)])
+        return out
+    shape, dt = shapes[0], dtypes[0]
+    dims = range(len(shape))
+    out += [alone(0, [f"S({d})", f"S({e})"]) for d in dims for e in dims]
+    if "sum" in _partial_ok(dt, 0):
+        out += [alone(0, [f"S({d})", "P(sum)"]) for d in dims]
+    if "max" in _partial_ok(dt, 0):
+        out += [alone(0, ["P(max)", f"S({d})"]) for d in dims]
+    out += [alone(0, ["R", f"S({d})"]) for d in dims]
+    if not full:
+        out = out[:2]
+    return out
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One generated case before it is written: its gate tags and what to build it from."""
+
+    key: str
+    dtype: str
+    facts: SampleFacts
+    mesh: Tuple[int, ...]
+    placements: Tuple[Tuple[str, ...], ...]
+    grad: bool
+    tags: Tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        mesh = "x".join(map(str, self.mesh))
+        return (f"{self.key}.{self.dtype}.s{self.facts.index}.m{mesh}.{placement_label(self.placements)}"
+                + (".bwd" if self.grad else ""))
+
+    @property
+    def kind(self) -> str:
+        return kind_of(self.placements, self.facts.shapes, self.mesh)
+
+
+#: float32 samples per OpInfo at level 1.
+LEVEL1_SAMPLES = 2
+LEVEL0 = ("cpu_level0", "cpu_level1")
+LEVEL1 = ("cpu_level1",)
+NIGHTLY = ("cpu_nightly",)
+
+
+def _pick(patterns: Sequence[List[List[str]]], turn: int) -> Optional[List[List[str]]]:
+    return patterns[turn % len(patterns)] if patterns else None
+
+
+def tiers(key: str, turn: int, by_dtype: Dict[str, List[SampleFacts]], nightly: bool = False) -> List[Planned]:
+    """The cases of one OpInfo, each tagged with its gate.
+
+    - level 0 (``cpu_level0`` + ``cpu_level1``), a bounded sample: one case per OpInfo
+      (:func:`level0_case`), forward only, that meets Shard (uneven where it can), Partial,
+      Replicate and a 2-D mesh at once;
+    - level 1 (``cpu_level1``): every pattern of :func:`placement_patterns` for the first
+      :data:`LEVEL1_SAMPLES` float32 samples (1-D patterns on 2 ranks, ``Shard`` on 4 and uneven ``Shard`` on 3, the 2-D
+      ones on ``(2, 2)``), the 1-D patterns of the first sample of the second dtype, and backward
+      on the 2-rank patterns of the first sample;
+    - ``nightly``: every pattern on every mesh, every usable sample, both dtypes, backward for
+      every float32 sample.
+
+    A case is listed once, at its lowest gate.
+    """
+    out: Dict[str, Planned] = {}
+
+    def add(dtype: str, f: SampleFacts, mesh: Tuple[int, ...], pl: Optional[List[List[str]]], grad: bool,
+            tags: Tuple[str, ...]) -> None:
+        if pl is None:
+            return
+        p = Planned(key, dtype, f, mesh, tuple(tuple(x) for x in pl), grad and bool(f.grad_inputs),
+                    NIGHTLY if nightly else tags)
+        out.setdefault(p.name, p)
+
+    floats = by_dtype.get("float32", [])
+    if floats:
+        add("float32", floats[0], *level0_case(floats[0], turn), False, LEVEL0)
+    for f in floats[:LEVEL1_SAMPLES] if not nightly else floats:
+        for mesh in ((2,), (4,), (3,)) if not nightly else MESHES_1D:
+            for pl in placement_patterns(f.shapes, f.dtypes, mesh):
+                if not nightly and mesh != (2,) and not _is_shard_alone(pl, f.shapes, mesh, uneven=mesh == (3,)):
+                    continue
+                add("float32", f, mesh, pl, False, LEVEL1)
+                if (nightly or (f is floats[0] and mesh == (2,))) and f.grad_inputs:
+                    add("float32", f, mesh, pl, True, LEVEL1)
+        for pl in placement_patterns(f.shapes, f.dtypes, MESH_2D):
+            add("float32", f, MESH_2D, pl, False, LEVEL1)
+    for dtype, facts in by_dtype.items():
+        if dtype == "float32":
+            continue
+        for f in facts[:1] if not nightly else facts:
+            for mesh in ((2,),) if not nightly else MESHES_1D + (MESH_2D,):
+                for pl in placement_patterns(f.shapes, f.dtypes, mesh):
+                    add(dtype, f, mesh, pl, False, LEVEL1)
+    return list(out.values())
+
+
+def level0_case(f: SampleFacts, turn: int) -> Tuple[Tuple[int, ...], List[List[str]]]:
+    """The level-0 case of an OpInfo's first float32 sample: on the 2-D mesh ``(2, 2)`` the first
+    tensor ``(Shard(d), Partial(op))`` — or ``(Partial(op), Shard(d))`` every other OpInfo — with
+    ``d`` a dim of odd size where there is one (an uneven shard), the reduce op turning through
+    those its dtype allows; the other tensors ``Replicate()``. A 0-d first tensor: ``Partial(op)``
+    on 2 ranks; one that cannot be Partial (bool, an integer index): ``(Shard(d), Shard(e))``.
+    ``turn`` (the OpInfo's place in sorted order) varies ``d``, the order and the reduce op."""
+    shape, dt = f.shapes[0], f.dtypes[0]
+    rest = [["R", "R"]] * (len(f.shapes) - 1)
+    ops = _partial_ok(dt, 0)
+    if not shape:
+        return (2,), [[f"P({ops[turn % len(ops)]})" if ops else "R"]] + [["R"]] * (len(f.shapes) - 1)
+    odd = [d for d, size in enumerate(shape) if size % 2]
+    dims = odd or list(range(len(shape)))
+    d = dims[turn % len(dims)]
+    if not ops:
+        return MESH_2D, [[f"S({d})", f"S({dims[(turn + 1) % len(dims)]})"]] + rest
+    partial = f"P({ops[turn % len(ops)]})"
+    return MESH_2D, [[f"S({d})", partial] if turn % 2 == 0 else [partial, f"S({d})"]] + rest
+
+
+def _is_shard_alone(pl: List[List[str]], shapes: Sequence[Sequence[int]], mesh: Tuple[int, ...], uneven: bool) -> bool:
+    """A pattern with exactly one ``Shard(d)`` (even, or uneven when ``uneven``) and no Partial."""
+    found = [(i, p) for i, per in enumerate(pl) for p in per if p != "R"]
+    if len(found) != 1 or not found[0][1].startswith("S("):
+        return False
+    i, p = found[0]
+    return bool(shapes[i][int(p[2:-1])] % mesh[0]) == uneven
+
+
+# ---------------------------------------------------------------------------------------------
+# generation
+
+
+@dataclass
+class Discovery:
+    """What :func:`discover` found: usable OpInfos with their samples, the others with a reason."""
+
+    ops: Dict[str, Dict[str, List[SampleFacts]]] = field(default_factory=dict)  # key → dtype → samples
+    family: Dict[str, str] = field(default_factory=dict)  # key → rule family
+    skipped: Dict[str, str] = field(default_factory=dict)  # key → why no case
+
+
+def discover(rules: Dict[str, str], only: Optional[Iterable[str]] = None) -> Discovery:
+    """Every OpInfo of ``op_db`` with CPU float32 samples that dispatch an operator with a
+    registered rule (``rules``: operator → family, :func:`meshtest.platforms.torch_rules.registered_rules`).
+
+    :param only: OpInfo keys to consider (default: all).
+    """
+    found = Discovery()
+    wanted = None if only is None else set(only)
+    for key, op in opinfos().items():
+        if wanted is not None and key not in wanted:
+            continue
+        if not op.supports_dtype(torch.float32, "cpu"):
+            found.skipped[key] = "no CPU float32 support"
+            continue
+        by_dtype: Dict[str, List[SampleFacts]] = {}
+        second = next((d for d in SECOND_DTYPES if op.supports_dtype(d, "cpu")), None)
+        reasons: Dict[str, int] = {}
+        for dt in [torch.float32] + ([second] if second is not None else []):
+            name = DTYPE_NAMES[dt]
+            try:
+                drawn = samples(key, name)
+            except Exception as e:  # noqa: BLE001 — torch's sample function itself fails on CPU
+                reasons[f"sample_inputs raises {type(e).__name__}"] = 1
+                continue
+            usable = []
+            for index, sample in enumerate(drawn):
+                facts, why = sample_facts(op, key, name, index, sample, rules)
+                if facts is None:
+                    reasons[why] = reasons.get(why, 0) + 1
+                elif not facts.aten:
+                    reasons["dispatches no operator with a registered rule"] = 1
+                else:
+                    usable.append(facts)
+                if len(usable) >= MAX_SAMPLES:
+                    break
+            if usable:
+                by_dtype[name] = usable
+        if "float32" not in by_dtype:
+            found.skipped[key] = "no usable float32 sample: " + ", ".join(
+                f"{why} ({k})" for why, k in sorted(reasons.items(), key=lambda kv: -kv[1]))
+            continue
+        found.ops[key] = by_dtype
+        aten = by_dtype["float32"][0].aten
+        families = [rules[a] for a in aten]
+        found.family[key] = max(dict.fromkeys(families), key=families.count)
+    return found
+
+
+def entry(p: Planned) -> Dict[str, Any]:
+    """The manifest entry of a planned case (:mod:`meshtest.model.generated`)."""
+    f = p.facts
+    return {
+        "name": p.name, "mesh_shape": list(p.mesh), "tags": list(p.tags), "known_failure": None,
+        "op": p.key, "dtype": p.dtype, "sample": f.index, "sig": f.sig, "shapes": f.shapes, "dtypes": f.dtypes,
+        "placements": [list(x) for x in p.placements], "kind": p.kind, "outputs": f.outputs,
+        "out_dtypes": f.out_dtypes, "grad_inputs": f.grad_inputs if p.grad else [], "aten": f.aten,
+        "nonfinite": f.nonfinite, "random": f.random,
+    }
+
+
+def generate(rules: Dict[str, str], only: Optional[Iterable[str]] = None, nightly: bool = False
+             ) -> Tuple[Dict[str, List[Dict[str, Any]]], Discovery]:
+    """Manifest entries by family (level 0 and 1; ``nightly``: every case, tagged
+    ``cpu_nightly``), and the discovery they came from."""
+    found = discover(rules, only)
+    by_family: Dict[str, List[Dict[str, Any]]] = {}
+    for turn, key in enumerate(sorted(found.ops)):
+        for p in tiers(key, turn, found.ops[key], nightly=nightly):
+            by_family.setdefault(found.family[key], []).append(entry(p))
+    return by_family, found
+
+
+# ---------------------------------------------------------------------------------------------
+# the rank side: an entry → OpShardCase
+
+
+class _SampleArray:
+    """Tensor ``index`` of an entry's sample, as the array-like ``InputSpec(data=...)`` takes:
+    its shape is known from the manifest, its values are drawn when the case builds its inputs."""
+
+    def __init__(self, entry: Dict[str, Any], index: int) -> None:
+        self.entry, self.index = entry, index
+        self.shape = tuple(entry["shapes"][index])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        arr = _numpy(tensors_of(sample_of(self.entry))[self.index])
+        return arr if dtype is None else arr.astype(dtype)
+
+
+class _Parts:
+    """The locals of a tensor placed with at least one ``Partial``: the sample's value split mesh
+    dimension by mesh dimension, outermost first — ``Shard(d)`` as torch chunks it, ``Partial``
+    into distinct per-rank parts that reduce to the value (``sum``: random parts, the last one
+    the remainder; ``avg``: the value plus offsets that sum to zero; ``max``/``min``: one rank
+    holds the value, the others less/more), ``Replicate()`` unchanged. So the global tensor
+    meshtest assembles is the sample's value (up to float rounding for sum/avg)."""
+
+    def __init__(self, entry: Dict[str, Any], index: int) -> None:
+        self.entry, self.index = entry, index
+        self.placements = [parse_placement(p) for p in entry["placements"][index]]
+
+    def __call__(self, coord: Tuple[int, ...]) -> np.ndarray:
+        value = _numpy(tensors_of(sample_of(self.entry))[self.index])
+        mesh = self.entry["mesh_shape"]
+        for k, p in enumerate(self.placements):
+            n = mesh[k]
+            if isinstance(p, Shard):
+                value = _chunk(value, p.dim, n)[coord[k]]
+            elif isinstance(p, Partial):
+                seed = zlib.crc32(f"{self.entry['name']}:{self.index}:{k}:{coord[:k]}".encode())
+                value = _split_partial(value, p.reduce_op, n, np.random.default_rng(seed))[coord[k]]
+        return value
+
+
+def _chunk(value: np.ndarray, dim: int, n: int) -> List[np.ndarray]:
+    """``torch.chunk``'s split as DTensor's ``Shard`` uses it: pieces of ``ceil(size / n)``, then
+    empty ones."""
+    size = value.shape[dim]
+    step = -(-size // n) if size else 0
+    return [np.take(value, range(min(i * step, size), min((i + 1) * step, size)), axis=dim) for i in range(n)]
+
+
+def _split_partial(value: np.ndarray, op: str, n: int, rng: np.random.Generator) -> List[np.ndarray]:
+    integer = value.dtype.kind in "iub"
+    noise = [(rng.integers(-3, 4, size=value.shape) if integer else rng.standard_normal(value.shape) * 0.5)
+             .astype(value.dtype) for _ in range(n)]
+    if op == "sum":
+        parts = noise[:-1]
+        return parts + [(value - sum(parts, np.zeros_like(value))).astype(value.dtype)]
+    if op == "avg":
+        mean = sum(noise, np.zeros_like(value)) / n
+        return [(value + x - mean).astype(value.dtype) for x in noise]
+    keep = int(rng.integers(n))
+    sign = -1 if op == "max" else 1
+    return [value if r == keep else (value + sign * np.abs(noise[r]).astype(value.dtype)).astype(value.dtype)
+            for r in range(n)]
+
+
+def sample_of(entry: Dict[str, Any]) -> Any:
+    """The entry's sample, regenerated and checked against its signature.
+
+    :raises RuntimeError: the OpInfo is gone or its sample differs from the manifest's (another
+        torch): regenerate the manifests (``python -m meshtest generate opinfo``).
+    """
+    key, dtype, index = entry["op"], entry["dtype"], entry["sample"]
+    if key not in opinfos():
+        raise RuntimeError(f"torch's op_db has no OpInfo {key!r} (the manifest was generated for another torch): "
+                           "regenerate it with python -m meshtest generate opinfo")
+    drawn = samples(key, dtype)
+    sig = signature(drawn[index]) if index < len(drawn) else "<no such sample>"
+    if sig != entry["sig"]:
+        raise RuntimeError(f"OpInfo {key!r} sample {index} ({dtype}) is {sig}, the manifest says {entry['sig']} "
+                           f"(torch {torch.__version__}): regenerate with python -m meshtest generate opinfo")
+    return drawn[index]
+
+
+class OpCall:
+    """A generated case's ``fn``: the OpInfo's op on the entry's sample, its tensors replaced by
+    the case's (full on the reference path, DTensors on the distributed one)."""
+
+    def __init__(self, entry: Dict[str, Any]) -> None:
+        self.entry = entry
+        self.__name__ = self.__qualname__ = entry["op"].replace(".", "_")
+
+    def __call__(self, *tensors: Any) -> Any:
+        return call(opinfos()[self.entry["op"]], sample_of(self.entry), tensors)
+
+
+def compare_of(out_dtypes: Sequence[str], nonfinite: bool = False, random_: bool = False) -> CompareSpec:
+    """Exact for integer and bool outputs, else ``assert_close``'s tolerances for the least
+    precise float output (:data:`TOLERANCES`). ``nonfinite``: the sample's reference holds NaN or
+    Inf by design (an input outside the op's domain), compared place for place. ``random_``: the
+    op's values differ from run to run on one device (a random op, ``empty_like``): only shapes
+    and dtypes can be compared."""
+    if random_:
+        return CompareSpec.shape("the op's output differs between two runs from the same seed on one device "
+                                 "(random or uninitialised values)")
+    floats = [d for d in out_dtypes if d in TOLERANCES]
+    if not floats:
+        return CompareSpec.equal(allow_nonfinite=nonfinite)
+    rtol, atol = max((TOLERANCES[d] for d in floats), key=lambda t: t[0])
+    return CompareSpec.allclose(rtol=rtol, atol=atol, allow_nonfinite=nonfinite)
+
+
+def materialize(entry: Dict[str, Any], manifest: Dict[str, Any]) -> OpShardCase:
+    """The :class:`OpShardCase` of a manifest entry (see the module docstring). Cheap: the
+    sample is drawn when the case builds its inputs."""
+    opinfos()  # op_db imported while the case file loads, not inside the first case (isolation)
+    grads = set(entry["grad_inputs"])
+    inputs: List[Any] = []
+    for i, (shape, dtype) in enumerate(zip(entry["shapes"], entry["dtypes"])):
+        req = i in grads
+        if any(p.startswith("P(") for p in entry["placements"][i]):
+            inputs.append(LocalInput(shape=tuple(shape), local=_Parts(entry, i), dtype=dtype, requires_grad=req))
+        else:
+            inputs.append(InputSpec(tuple(shape), dtype=dtype, data=_SampleArray(entry, i), requires_grad=req))
+    known = entry["known_failure"]
+    return OpShardCase(
+        name=entry["name"], fn=OpCall(entry), inputs=inputs,
+        placements=[tuple(parse_placement(p) for p in per) for per in entry["placements"]],
+        mesh_shape=tuple(entry["mesh_shape"]), tags=tuple(entry["tags"]),
+        compare=compare_of(entry["out_dtypes"], entry["nonfinite"], entry["random"]),
+        compare_outputs=tuple(entry["outputs"]), known_failure=None if known is None else KnownFailure(**known))
