@@ -14,6 +14,7 @@ Examples::
     python -m meshtest coverage-ops --tag cpu_level0 --baseline default   # sharding-rule coverage vs the baseline
     python -m meshtest mutate --tag cpu_level0                          # kill matrix of sharding-rule mutants
     python -m meshtest generate opinfo [--check]                        # cases from torch's OpInfo database
+    python -m meshtest triage dist/test                                 # their failures, grouped by signature
 """
 from __future__ import annotations
 
@@ -164,6 +165,10 @@ def _strength_parsers(sub) -> None:
                    help="every sample, dtype, mesh and placement pattern, tagged cpu_nightly (not committed)")
     g.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 when the files on disk differ from what would be written")
+    t = sub.add_parser("triage", help="failures of generated cases grouped by signature (OpInfo, placement kind, "
+                                      "step, error kind)")
+    t.add_argument("results", nargs="+", metavar="RESULTS", help="results.jsonl files or directories (dist/test)")
+    t.add_argument("--manifests", default="", metavar="DIR", help="the manifests (default cases/torch/opinfo)")
 
 
 def _strength_args(p: argparse.ArgumentParser) -> None:
@@ -376,7 +381,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in ("run", "scan", "count", "ids", "coverage", "coverage-ops", "mutate", "progress",
-                                "generate", "-h", "--help"):
+                                "generate", "triage", "-h", "--help"):
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
     try:
@@ -401,5 +406,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .strength.generate import OPINFO_DIR, cmd_generate
 
         return cmd_generate(args.out or OPINFO_DIR, args.op, args.nightly, args.check)
+    if args.command == "triage":
+        from .strength.generate import OPINFO_DIR
+        from .strength.triage import cmd_triage
+
+        return cmd_triage(args.results, args.manifests or OPINFO_DIR, sys.stdout)
     _parser().print_help()
     return 2

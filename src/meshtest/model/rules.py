@@ -23,7 +23,7 @@ from ..errors import CaseDeclarationError
 #: says. ``npu_level*`` select Torch and MindSpore on Ascend alike (seed 000 §8.5), ``cuda_level*``
 #: Torch on CUDA (nccl).
 GATE_TAGS = ("cpu_level0", "cpu_level1", "cpu_nightly", "npu_level0", "npu_level1", "npu_nightly", "cpu_faults",
-             "npu_faults", "cpu_ms_level0", "cpu_ms_level1", "cuda_level0", "cuda_level1")
+             "npu_faults", "cpu_ms_level0", "cpu_ms_level1", "cuda_level0", "cuda_level1", "cpu_local")
 
 #: Device kinds a gate tag's prefix may name.
 DEVICE_KINDS = ("cpu", "npu", "cuda")
@@ -321,7 +321,9 @@ def check_spec_id(file: str, case: str, spec_id: Any) -> Optional[str]:
 
 #: The one-process lane's tag: on the build target and the cases of every ``cpu_level0`` case
 #: the lane can run (:func:`runs_locally`); ``--tag=cpu_local`` selects them and runs them with
-#: every rank simulated in one process (:mod:`meshtest.platforms.torch_local`).
+#: every rank simulated in one process (:mod:`meshtest.platforms.torch_local`). A case may also
+#: declare it as its gate: it is then in the lane's signal but not in the ``cpu_level0`` job on
+#: real ranks (the generated level-0 sample, whose real-rank run is at ``cpu_level1``).
 LOCAL_LANE_TAG = "cpu_local"
 #: The gate whose cases the one-process lane takes.
 LOCAL_LANE_GATE = "cpu_level0"

@@ -99,8 +99,9 @@ class ScannedCase:
 
     @property
     def local_lane(self) -> bool:
-        """Whether ``--tag=cpu_local`` selects the case: it runs locally and is ``cpu_level0``."""
-        return self.runs_locally and rules.LOCAL_LANE_GATE in self.tags
+        """Whether ``--tag=cpu_local`` selects the case: it runs locally and is ``cpu_level0`` (or
+        declares ``cpu_local`` as its gate)."""
+        return self.runs_locally and (rules.LOCAL_LANE_GATE in self.tags or rules.LOCAL_LANE_TAG in self.tags)
 
     def to_json(self) -> dict:
         """JSON-able dict (tuples as lists); inverse of :meth:`from_json`."""

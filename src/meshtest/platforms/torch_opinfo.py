@@ -70,6 +70,10 @@ TOLERANCES = {"float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1
 PARTIAL_OPS = {"float32": ("sum", "avg", "max", "min"), "float64": ("sum", "avg", "max", "min"),
                "float16": ("max", "min"), "bfloat16": ("max", "min"), "int64": ("sum", "max", "min"),
                "int32": ("sum", "max", "min"), "int8": ("max", "min"), "uint8": ("max",), "bool": ()}
+#: OpInfos whose samples pass, as a tensor after the first, an argument the op reads on the host
+#: (sizes, indices as Python numbers): distributing it tests how DTensor treats a DTensor where
+#: a list of ints is meant, not a sharding rule. Samples with such a tensor are not used.
+HOST_READ_ARGS = {"tensor_split": "indices_or_sections given as a tensor (read on the host)"}
 #: The second dtype tried after float32, in order of preference: a low-precision float, else an integer.
 SECOND_DTYPES = (torch.bfloat16, torch.int64)
 
@@ -216,7 +220,8 @@ class SampleFacts:
     grad_inputs: List[int] = field(default_factory=list)  # tensors that got a gradient
     aten: List[str] = field(default_factory=list)  # operators with a registered rule it dispatched
     nonfinite: bool = False  # the op's output holds NaN/Inf for this sample (compared NaN for NaN)
-    random: bool = False  # two runs from the same seed differ (a random op, uninitialised memory)
+    random: bool = False  # runs from two seeds differ (a random op, uninitialised memory)
+    inplace: List[int] = field(default_factory=list)  # tensors the op writes into (version counter bumped)
 
 
 class _AtenOps(TorchDispatchMode):
@@ -256,14 +261,17 @@ def sample_facts(op: Any, key: str, dtype: str, index: int, sample: Any,
         return None, f"a tensor of dtype {', '.join(bad)}"
     if any(t.numel() == 0 for t in ts):
         return None, "an empty tensor"
+    if key in HOST_READ_ARGS and len(ts) > 1:
+        return None, HOST_READ_ARGS[key]
     rec = _AtenOps()
     first, second = ([t.detach().clone() for t in ts] for _ in range(2))
+    versions = [t._version for t in first]  # an in-place write bumps a tensor's version counter
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(SAMPLE_SEED)
             with rec:
                 out = call(op, sample, first)
-            torch.manual_seed(SAMPLE_SEED)
+            torch.manual_seed(SAMPLE_SEED + 1)  # another seed: a random op's values change with it
             again = call(op, sample, second)
     except Exception as e:  # the op rejects the sample on one device: nothing to compare with
         return None, f"raises on one device: {type(e).__name__}"
@@ -277,7 +285,8 @@ def sample_facts(op: Any, key: str, dtype: str, index: int, sample: Any,
     nonfinite = not random_ and any(o.is_floating_point() and not bool(torch.isfinite(o).all()) for _, o in outs)
     facts = SampleFacts(index, signature(sample), [list(t.shape) for t in ts], [DTYPE_NAMES[t.dtype] for t in ts],
                         [i for i, _ in outs], [DTYPE_NAMES[o.dtype] for _, o in outs], aten=aten,
-                        nonfinite=nonfinite, random=random_)
+                        nonfinite=nonfinite, random=random_,
+                        inplace=[i for i, t in enumerate(first) if t._version != versions[i]])
     if op.supports_autograd and dtype in FLOATS:
         facts.grad_inputs = _grad_inputs(op, sample, ts)
     return facts, ""
@@ -306,16 +315,18 @@ def _grad_inputs(op: Any, sample: Any, ts: Sequence[torch.Tensor]) -> List[int]:
 # placement patterns and gates
 
 
-def _partial_ok(dtype: str, index: int) -> Tuple[str, ...]:
+def _partial_ok(dtype: str, index: int, inplace: Sequence[int] = ()) -> Tuple[str, ...]:
     """Partial reduce ops input ``index`` of ``dtype`` may carry: integers only as the primary
-    input (an index argument split into parts would index out of range)."""
-    if dtype not in FLOATS and index != 0:
+    input (an index argument split into parts would index out of range), and none for a tensor
+    the op writes into (an in-place op cannot change its input's placement: DTensor refuses, by
+    design)."""
+    if dtype not in FLOATS and index != 0 or index in inplace:
         return ()
     return PARTIAL_OPS[dtype]
 
 
 def placement_patterns(shapes: Sequence[Sequence[int]], dtypes: Sequence[str], mesh: Tuple[int, ...],
-                       full: bool = True) -> List[List[List[str]]]:
+                       full: bool = True, inplace: Sequence[int] = ()) -> List[List[List[str]]]:
     """Placements to try for a sample's tensors on ``mesh`` (each: per tensor, per mesh dim).
 
     1-D: each tensor alone ``Shard(d)`` for every dim, then ``Partial(op)`` for each reduce op its
@@ -334,19 +345,19 @@ def placement_patterns(shapes: Sequence[Sequence[int]], dtypes: Sequence[str], m
     if len(mesh) == 1:
         for i, (shape, dt) in enumerate(zip(shapes, dtypes)):
             out += [alone(i, [f"S({d})"]) for d in range(len(shape))]
-            out += [alone(i, [f"P({r})"]) for r in _partial_ok(dt, i)]
+            out += [alone(i, [f"P({r})"]) for r in _partial_ok(dt, i, inplace)]
         if full and n > 1:
             common = min(len(s) for s in shapes)
             out += [[[f"S({d})"] for _ in range(n)] for d in range(common)]
-            if all("sum" in _partial_ok(dt, i) for i, dt in enumerate(dtypes)):
+            if all("sum" in _partial_ok(dt, i, inplace) for i, dt in enumerate(dtypes)):
                 out.append([["P(sum)"] for _ in range(n)])
         return out
     shape, dt = shapes[0], dtypes[0]
     dims = range(len(shape))
     out += [alone(0, [f"S({d})", f"S({e})"]) for d in dims for e in dims]
-    if "sum" in _partial_ok(dt, 0):
+    if "sum" in _partial_ok(dt, 0, inplace):
         out += [alone(0, [f"S({d})", "P(sum)"]) for d in dims]
-    if "max" in _partial_ok(dt, 0):
+    if "max" in _partial_ok(dt, 0, inplace):
         out += [alone(0, ["P(max)", f"S({d})"]) for d in dims]
     out += [alone(0, ["R", f"S({d})"]) for d in dims]
     if not full:
@@ -379,7 +390,9 @@ class Planned:
 
 #: float32 samples per OpInfo at level 1.
 LEVEL1_SAMPLES = 2
-LEVEL0 = ("cpu_level0", "cpu_level1")
+#: The level-0 sample's gates: the one-process lane (the PR signal; on real ranks it would cost
+#: the main job over half its time again) and level 1 on real ranks.
+LEVEL0 = ("cpu_local", "cpu_level1")
 LEVEL1 = ("cpu_level1",)
 NIGHTLY = ("cpu_nightly",)
 
@@ -391,7 +404,7 @@ def _pick(patterns: Sequence[List[List[str]]], turn: int) -> Optional[List[List[
 def tiers(key: str, turn: int, by_dtype: Dict[str, List[SampleFacts]], nightly: bool = False) -> List[Planned]:
     """The cases of one OpInfo, each tagged with its gate.
 
-    - level 0 (``cpu_level0`` + ``cpu_level1``), a bounded sample: one case per OpInfo
+    - level 0 (``cpu_local`` + ``cpu_level1``), a bounded sample: one case per OpInfo
       (:func:`level0_case`), forward only, that meets Shard (uneven where it can), Partial,
       Replicate and a 2-D mesh at once;
     - level 1 (``cpu_level1``): every pattern of :func:`placement_patterns` for the first
@@ -418,20 +431,20 @@ def tiers(key: str, turn: int, by_dtype: Dict[str, List[SampleFacts]], nightly: 
         add("float32", floats[0], *level0_case(floats[0], turn), False, LEVEL0)
     for f in floats[:LEVEL1_SAMPLES] if not nightly else floats:
         for mesh in ((2,), (4,), (3,)) if not nightly else MESHES_1D:
-            for pl in placement_patterns(f.shapes, f.dtypes, mesh):
+            for pl in placement_patterns(f.shapes, f.dtypes, mesh, inplace=f.inplace):
                 if not nightly and mesh != (2,) and not _is_shard_alone(pl, f.shapes, mesh, uneven=mesh == (3,)):
                     continue
                 add("float32", f, mesh, pl, False, LEVEL1)
                 if (nightly or (f is floats[0] and mesh == (2,))) and f.grad_inputs:
                     add("float32", f, mesh, pl, True, LEVEL1)
-        for pl in placement_patterns(f.shapes, f.dtypes, MESH_2D):
+        for pl in placement_patterns(f.shapes, f.dtypes, MESH_2D, inplace=f.inplace):
             add("float32", f, MESH_2D, pl, False, LEVEL1)
     for dtype, facts in by_dtype.items():
         if dtype == "float32":
             continue
         for f in facts[:1] if not nightly else facts:
             for mesh in ((2,),) if not nightly else MESHES_1D + (MESH_2D,):
-                for pl in placement_patterns(f.shapes, f.dtypes, mesh):
+                for pl in placement_patterns(f.shapes, f.dtypes, mesh, inplace=f.inplace):
                     add(dtype, f, mesh, pl, False, LEVEL1)
     return list(out.values())
 
@@ -445,7 +458,7 @@ def level0_case(f: SampleFacts, turn: int) -> Tuple[Tuple[int, ...], List[List[s
     ``turn`` (the OpInfo's place in sorted order) varies ``d``, the order and the reduce op."""
     shape, dt = f.shapes[0], f.dtypes[0]
     rest = [["R", "R"]] * (len(f.shapes) - 1)
-    ops = _partial_ok(dt, 0)
+    ops = _partial_ok(dt, 0, f.inplace)
     if not shape:
         return (2,), [[f"P({ops[turn % len(ops)]})" if ops else "R"]] + [["R"]] * (len(f.shapes) - 1)
     odd = [d for d, size in enumerate(shape) if size % 2]
@@ -535,7 +548,7 @@ def entry(p: Planned) -> Dict[str, Any]:
         "op": p.key, "dtype": p.dtype, "sample": f.index, "sig": f.sig, "shapes": f.shapes, "dtypes": f.dtypes,
         "placements": [list(x) for x in p.placements], "kind": p.kind, "outputs": f.outputs,
         "out_dtypes": f.out_dtypes, "grad_inputs": f.grad_inputs if p.grad else [], "aten": f.aten,
-        "nonfinite": f.nonfinite, "random": f.random,
+        "nonfinite": f.nonfinite, "random": f.random, "inplace": f.inplace,
     }
 
 
@@ -647,18 +660,20 @@ class OpCall:
         return call(opinfos()[self.entry["op"]], sample_of(self.entry), tensors)
 
 
-def compare_of(out_dtypes: Sequence[str], nonfinite: bool = False, random_: bool = False) -> CompareSpec:
+def compare_of(out_dtypes: Sequence[str], nonfinite: bool = False, random_: bool = False,
+               in_dtypes: Sequence[str] = ()) -> CompareSpec:
     """Exact for integer and bool outputs, else ``assert_close``'s tolerances for the least
-    precise float output (:data:`TOLERANCES`). ``nonfinite``: the sample's reference holds NaN or
-    Inf by design (an input outside the op's domain), compared place for place. ``random_``: the
-    op's values differ from run to run on one device (a random op, ``empty_like``): only shapes
-    and dtypes can be compared."""
+    precise float among the outputs and the inputs (:data:`TOLERANCES`: a float64 result of
+    float32 inputs carries float32's rounding of the inputs, e.g. of their partial sums).
+    ``nonfinite``: the sample's reference holds NaN or Inf by design (an input outside the op's
+    domain), compared place for place. ``random_``: the op's values change with the seed on one
+    device (a random op, ``empty_like``): only shapes and dtypes can be compared."""
     if random_:
-        return CompareSpec.shape("the op's output differs between two runs from the same seed on one device "
-                                 "(random or uninitialised values)")
-    floats = [d for d in out_dtypes if d in TOLERANCES]
-    if not floats:
+        return CompareSpec.shape("the op's output changes with the random seed on one device (random or "
+                                 "uninitialised values)")
+    if not any(d in TOLERANCES for d in out_dtypes):
         return CompareSpec.equal(allow_nonfinite=nonfinite)
+    floats = [d for d in list(out_dtypes) + list(in_dtypes) if d in TOLERANCES]
     rtol, atol = max((TOLERANCES[d] for d in floats), key=lambda t: t[0])
     return CompareSpec.allclose(rtol=rtol, atol=atol, allow_nonfinite=nonfinite)
 
@@ -680,5 +695,5 @@ def materialize(entry: Dict[str, Any], manifest: Dict[str, Any]) -> OpShardCase:
         name=entry["name"], fn=OpCall(entry), inputs=inputs,
         placements=[tuple(parse_placement(p) for p in per) for per in entry["placements"]],
         mesh_shape=tuple(entry["mesh_shape"]), tags=tuple(entry["tags"]),
-        compare=compare_of(entry["out_dtypes"], entry["nonfinite"], entry["random"]),
+        compare=compare_of(entry["out_dtypes"], entry["nonfinite"], entry["random"], entry["dtypes"]),
         compare_outputs=tuple(entry["outputs"]), known_failure=None if known is None else KnownFailure(**known))

@@ -53,16 +53,15 @@ def manifests(only: Optional[Sequence[str]] = None, nightly: bool = False, known
 
     mod = _torch_module()
     by_family, found = mod.generate(registered_rules(), only, nightly=nightly)
-    if known:
+    if known and not only and not nightly:  # the table names level-0/1 cases of every OpInfo
         from .triage import apply
 
-        for entries in by_family.values():
-            apply(known, entries)
+        apply(known, [e for entries in by_family.values() for e in entries])
     out: Dict[str, str] = {}
     for family, entries in sorted(by_family.items()):
-        level0 = [e for e in entries if "cpu_level0" in e["tags"]]
+        level0 = [e for e in entries if "cpu_local" in e["tags"]]
         parts: List[Tuple[str, List[Dict[str, Any]]]] = [(family, level0)] if level0 else []
-        rest = [e for e in entries if "cpu_level0" not in e["tags"]]
+        rest = [e for e in entries if "cpu_local" not in e["tags"]]
         suffix = "nightly" if nightly else "level1"
         parts += [(f"{family}_{suffix}_{k}", part) for k, part in enumerate(_parts(rest))]
         for stem, cases in parts:
@@ -101,29 +100,31 @@ def _manifest_text(doc: Dict[str, Any]) -> str:
             return f.read()
 
 
+def differences(out_dir: str, files: Dict[str, str], partial: bool = False) -> Tuple[List[str], List[str]]:
+    """(files whose text on disk differs from ``files`` or is missing, generated files on disk
+    that ``files`` no longer has); ``partial``: ``files`` is a subset (``--op``, nightly), so
+    nothing is stale."""
+    changed = []
+    for name, text in files.items():
+        path = os.path.join(out_dir, name)
+        if not os.path.exists(path):
+            changed.append(name)
+            continue
+        with open(path, encoding="utf-8") as f:
+            if f.read() != text:
+                changed.append(name)
+    stale = [] if partial or not os.path.isdir(out_dir) else sorted(
+        n for n in os.listdir(out_dir) if n not in files and "_nightly" not in n
+        and (n.startswith("manifest_") or n.startswith("case_opinfo_")))
+    return changed, stale
+
+
 def cmd_generate(out_dir: str, only: Sequence[str], nightly: bool, check: bool, stream: TextIO = sys.stdout) -> int:
     """Write the files into ``out_dir`` (``check``: compare instead; exit 1 on a difference)."""
     from .triage import load_known
 
-    known = load_known(os.path.join(out_dir, "known_failures.json"))
-    files = manifests(only or None, nightly, known)
-    changed: List[str] = []
-    for name, text in files.items():
-        path = os.path.join(out_dir, name)
-        old = None
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                old = f.read()
-        if old == text:
-            continue
-        changed.append(name)
-        if not check:
-            os.makedirs(out_dir, exist_ok=True)
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-    stale = [] if only or nightly or not os.path.isdir(out_dir) else sorted(
-        n for n in os.listdir(out_dir) if n not in files and "_nightly" not in n
-        and (n.startswith("manifest_") or n.startswith("case_opinfo_")))
+    files = manifests(only or None, nightly, load_known(os.path.join(out_dir, "known_failures.json")))
+    changed, stale = differences(out_dir, files, partial=bool(only) or nightly)
     cases = sum(len(json.loads(t)["cases"]) for n, t in files.items() if n.startswith("manifest_"))
     print(f"meshtest: {cases} generated case(s) in {sum(n.startswith('manifest_') for n in files)} manifest(s)",
           file=stream)
@@ -135,6 +136,10 @@ def cmd_generate(out_dir: str, only: Sequence[str], nightly: bool, check: bool, 
                   f"{_torch_version()}; run it and commit the result", file=stream)
             return 1
         return 0
+    os.makedirs(out_dir, exist_ok=True)
+    for name in changed:
+        with open(os.path.join(out_dir, name), "w", encoding="utf-8") as f:
+            f.write(files[name])
     for name in stale:
         os.remove(os.path.join(out_dir, name))
     for name in changed + stale:

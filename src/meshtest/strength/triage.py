@@ -7,16 +7,17 @@ the kind of error (``mismatch`` for a comparison, else the exception's type). ``
 meshtest triage RESULTS...`` prints the groups of a run's ``results.jsonl``, largest first, each
 with one example case and its message.
 
-``cases/torch/opinfo/known_failures.json`` holds what is known of a group::
+``cases/torch/opinfo/known_failures.json`` holds what is known of a group, one rule per bug::
 
-    [{"op": "nn.functional.foo", "kind": "P(*", "name": "*.bwd",
+    [{"names": ["argmax.float32.s0.m2x2.S0Pmax", "argmin.float32.*"],
       "known_failure": {"kind": "raises", "step": "run", "match": "...", "reason": "...",
                         "upstream": "pytorch/pytorch#123"}}]
 
-``op``, ``kind`` and ``name`` are fnmatch patterns (``name`` optional); the first rule matching
-an entry gives it its ``known_failure`` (:func:`apply`), so the manifest — and with it the
-static scan — carries the mark like a hand-written case. Every mark is then judged strictly
-(:mod:`meshtest.model.known`): a rule that matches a case that passes is an ``xpass``.
+``names`` are fnmatch patterns on case names; the first rule naming an entry gives it its
+``known_failure`` (:func:`apply`), so the manifest — and with it the static scan — carries the
+mark like a hand-written case's. Every mark is then judged strictly (:mod:`meshtest.model.known`):
+a case that fails another way is ``fail``, one that passes ``xpass``; a rule that names no case
+is an error of :func:`apply` (a rule outliving its cases).
 """
 from __future__ import annotations
 
@@ -29,14 +30,14 @@ from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
 from ..model.known import KnownFailure
 
-_RULE_KEYS = ("op", "kind", "name", "known_failure")
+_RULE_KEYS = ("names", "known_failure")
 
 
 def load_known(path: str) -> List[Dict[str, Any]]:
     """The triage table at ``path`` (``[]`` when there is none).
 
-    :raises ValueError: not a list of rules with ``op``, ``kind`` and a valid ``known_failure``,
-        naming the rule's index.
+    :raises ValueError: not a list of rules with ``names`` (a non-empty list of patterns) and a
+        valid ``known_failure``, naming the rule's index.
     """
     if not os.path.exists(path):
         return []
@@ -46,23 +47,32 @@ def load_known(path: str) -> List[Dict[str, Any]]:
         raise ValueError(f"{path}: must be a JSON list of rules")
     for i, rule in enumerate(table):
         keys = set(rule) if isinstance(rule, dict) else set()
-        if not {"op", "kind", "known_failure"} <= keys or keys - set(_RULE_KEYS):
-            raise ValueError(f"{path}: rule {i} must have op, kind, known_failure (and optionally name); got {rule!r}")
+        if keys != set(_RULE_KEYS) or not isinstance(rule["names"], list) or not rule["names"]:
+            raise ValueError(f"{path}: rule {i} must have exactly names (a non-empty list) and known_failure; "
+                             f"got {rule!r}")
         KnownFailure(**rule["known_failure"]).validated(path, f"rule {i}")
     return table
 
 
 def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]]) -> int:
-    """Give each entry the ``known_failure`` of the first rule matching it; returns how many got one."""
-    marked = 0
+    """Give each entry the ``known_failure`` of the first rule naming it; returns how many got one.
+
+    :raises ValueError: a pattern of a rule names no entry (say which, to be removed).
+    """
+    entries = list(entries)
+    used = set()
     for e in entries:
-        for rule in table:
-            if (fnmatch.fnmatchcase(e["op"], rule["op"]) and fnmatch.fnmatchcase(e["kind"], rule["kind"])
-                    and fnmatch.fnmatchcase(e["name"], rule.get("name", "*"))):
+        for i, rule in enumerate(table):
+            hit = next((p for p in rule["names"] if fnmatch.fnmatchcase(e["name"], p)), None)
+            if hit is not None:
                 e["known_failure"] = dict(rule["known_failure"])
-                marked += 1
+                used.add((i, hit))
                 break
-    return marked
+    unused = [f"rule {i}: {p}" for i, rule in enumerate(table) for p in rule["names"] if (i, p) not in used]
+    if unused:
+        raise ValueError("known_failures.json names cases the generator no longer writes (remove them): "
+                         + ", ".join(unused))
+    return len([e for e in entries if e.get("known_failure")])
 
 
 def error_kind(status: str, error: str) -> str:
@@ -90,3 +100,34 @@ def groups(outcomes: Sequence[Dict[str, Any]], kinds: Dict[str, Tuple[str, str]]
             continue
         found.setdefault(signature(o, kinds), []).append(o)
     return OrderedDict(sorted(found.items(), key=lambda kv: (-len(kv[1]), kv[0])))
+
+
+def kinds_from_manifests(paths: Iterable[str]) -> Dict[str, Tuple[str, str]]:
+    """Case name → (OpInfo, placement kind) from manifest files."""
+    out: Dict[str, Tuple[str, str]] = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for e in json.load(f)["cases"]:
+                out[e["name"]] = (e["op"], e["kind"])
+    return out
+
+
+def cmd_triage(results: Sequence[str], manifest_dir: str, stream: Any) -> int:
+    """Print the failure groups of the generated cases in the runs ``results`` names
+    (``results.jsonl`` files, or directories holding them as ``dist/test`` does), largest first,
+    each with one example; exit 1 when there is any."""
+    import glob
+
+    from ..report.results import read_results, results_files
+
+    files = results_files(results)
+    outcomes = [o.to_json() for f in files for o in read_results(f)]
+    kinds = kinds_from_manifests(sorted(glob.glob(os.path.join(manifest_dir, "manifest_*.json"))))
+    found = groups([o for o in outcomes if o["case"] in kinds], kinds)
+    print(f"meshtest triage: {sum(len(v) for v in found.values())} failing generated case(s) in {len(found)} "
+          f"signature(s), from {len(files)} result file(s)", file=stream)
+    for (op, kind, step, err), members in found.items():
+        first = members[0]["failures"][0]["error"] if members[0]["failures"] else ""
+        print(f"{len(members):5d}  {op}  [{kind}]  {step}  {err}", file=stream)
+        print(f"       e.g. {members[0]['case']}: {first.splitlines()[0][:240] if first else ''}", file=stream)
+    return 1 if found else 0

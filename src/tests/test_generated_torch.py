@@ -1,0 +1,58 @@
+"""The generated cases on torch: the committed manifests are exactly what the generator writes
+for the locked torch (CI's regeneration check), a drifted sample fails naming the command that
+regenerates, and a Partial input's per-rank parts are distinct and assemble to the sample."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import meshtest
+from meshtest.model.local_input import assemble
+from meshtest.model.placement import Partial, Shard
+from meshtest.platforms import torch_opinfo
+from meshtest.strength.generate import OPINFO_DIR, differences, manifests
+from meshtest.strength.triage import load_known
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__))))
+COMMITTED = os.path.join(REPO, OPINFO_DIR)
+
+
+def _entries(manifest="manifest_pointwise.json"):
+    with open(os.path.join(COMMITTED, manifest), encoding="utf-8") as f:
+        return json.load(f)["cases"]
+
+
+def test_the_committed_manifests_are_what_the_generator_writes_and_a_changed_one_is_named(tmp_path):
+    files = manifests(known=load_known(os.path.join(COMMITTED, "known_failures.json")))
+    assert differences(COMMITTED, files) == ([], []), "run: python -m meshtest generate opinfo, and commit"
+    # the check itself: a copy with one entry changed and one file too many
+    copy = tmp_path / "opinfo"
+    shutil.copytree(COMMITTED, copy)
+    doc = json.loads((copy / "manifest_view.json").read_text())
+    doc["cases"][0]["mesh_shape"] = [3]
+    (copy / "manifest_view.json").write_text(json.dumps(doc))
+    (copy / "manifest_gone.json").write_text("{}")
+    assert differences(str(copy), files) == (["manifest_view.json"], ["manifest_gone.json"])
+
+
+def test_a_sample_that_drifted_from_the_manifest_names_the_command_that_regenerates():
+    entry = dict(_entries()[0])
+    entry["sig"] = "float32[9]|00000000|00000000"
+    with pytest.raises(RuntimeError, match="regenerate with python -m meshtest generate opinfo"):
+        torch_opinfo.sample_of(entry)
+
+
+@pytest.mark.parametrize("op", ["sum", "avg", "max", "min"])
+def test_partial_parts_are_distinct_per_rank_and_assemble_to_the_sample(op):
+    entry = next(e for e in _entries() if e["dtypes"][0] == "float32" and e["shapes"][0])
+    entry = {**entry, "name": f"t.{op}", "mesh_shape": [2, 2], "placements": [["S(0)", f"P({op})"]]
+             + [["R", "R"]] * (len(entry["shapes"]) - 1)}
+    spec = torch_opinfo.materialize(entry, {}).inputs[0]
+    whole, locals_ = assemble(spec, (2, 2), (Shard(0), Partial(op)), np.dtype("float32"))
+    value = torch_opinfo._numpy(torch_opinfo.tensors_of(torch_opinfo.sample_of(entry))[0])
+    np.testing.assert_allclose(whole, value, rtol=1e-6, atol=1e-6)
+    assert not np.array_equal(locals_[(0, 0)], locals_[(0, 1)])  # the two ranks of a Partial hold different parts
