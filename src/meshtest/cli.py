@@ -14,7 +14,8 @@ Examples::
     python -m meshtest coverage-ops --tag cpu_level0 --baseline default   # sharding-rule coverage vs the baseline
     python -m meshtest mutate --tag cpu_level0                          # kill matrix of sharding-rule mutants
     python -m meshtest generate opinfo [--check]                        # cases from torch's OpInfo database
-    python -m meshtest triage dist/test                                 # their failures, grouped by signature
+    python -m meshtest triage dist/test [--shrink]                      # their failures, grouped by signature
+    python -m meshtest shrink FILE::CASE                                # a failing generated case made minimal
 """
 from __future__ import annotations
 
@@ -169,6 +170,10 @@ def _strength_parsers(sub) -> None:
                                       "step, error kind)")
     t.add_argument("results", nargs="+", metavar="RESULTS", help="results.jsonl files or directories (dist/test)")
     t.add_argument("--manifests", default="", metavar="DIR", help="the manifests (default cases/torch/opinfo)")
+    t.add_argument("--shrink", action="store_true", help="shrink one example of each group to a minimal failing case")
+    k = sub.add_parser("shrink", help="shrink failing generated cases to minimal ones that fail the same way")
+    k.add_argument("specs", nargs="+", metavar="FILE::CASE")
+    k.add_argument("--out", default="", metavar="PATH", help="also write the original and minimal entries as JSON")
 
 
 def _strength_args(p: argparse.ArgumentParser) -> None:
@@ -381,7 +386,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in ("run", "scan", "count", "ids", "coverage", "coverage-ops", "mutate", "progress",
-                                "generate", "triage", "-h", "--help"):
+                                "generate", "triage", "shrink", "-h", "--help"):
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
     try:
@@ -403,13 +408,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command in ("coverage-ops", "mutate"):
         return _cmd_strength(args)
     if args.command == "generate":
-        from .strength.generate import OPINFO_DIR, cmd_generate
+        from .model.generated import OPINFO_DIR
+        from .strength.generate import cmd_generate  # pants: no-infer-dep (torch's; one target holds the package)
 
         return cmd_generate(args.out or OPINFO_DIR, args.op, args.nightly, args.check)
     if args.command == "triage":
-        from .strength.generate import OPINFO_DIR
+        from .model.generated import OPINFO_DIR
         from .strength.triage import cmd_triage
 
-        return cmd_triage(args.results, args.manifests or OPINFO_DIR, sys.stdout)
+        return cmd_triage(args.results, args.manifests or OPINFO_DIR, sys.stdout, shrink=args.shrink)
+    if args.command == "shrink":
+        from .strength.shrink import cmd_shrink  # pants: no-infer-dep (torch's; one target holds the package)
+
+        try:
+            return cmd_shrink(args.specs, args.out)
+        except ValueError as e:
+            print(f"meshtest: {e}", file=sys.stderr)
+            return 2
     _parser().print_help()
     return 2

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 import meshtest
+from meshtest.model.generated import OPINFO_DIR
 from meshtest.model.local_input import assemble
 from meshtest.model.placement import Partial, Shard
 from meshtest.platforms import torch_opinfo
-from meshtest.strength.generate import OPINFO_DIR, differences, manifests
+from meshtest.strength.generate import differences, manifests
 from meshtest.strength.triage import load_known
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__))))

@@ -57,6 +57,25 @@ def test_families_list_uncovered_operators_and_dispatches_without_a_rule():
     assert "uncovered kinds: in0: S(0) S(1) P(sum); uneven" in text
 
 
+def test_every_operator_not_exercised_is_counted_under_a_reason(tmp_path):
+    manifest = {"cases": [{"op": "addmm", "aten": ["aten.addmm.default", "aten.mm.default"]}]}
+    (tmp_path / "manifest_x.json").write_text(json.dumps(manifest))
+    by_opinfo = coverage.dispatched_by_opinfo([str(tmp_path / "manifest_x.json")])
+    assert by_opinfo == {"aten.addmm.default": {"addmm"}, "aten.mm.default": {"addmm"}}
+    reason = coverage.unexercised_reason
+    assert reason("aten.addmm.default", by_opinfo).startswith("dispatched on plain tensors by OpInfo addmm")
+    assert reason("aten._foreach_add.List", {}).startswith("a _foreach_ list op")
+    assert reason("aten.add.out", {}) == "an out= overload: no case passes out="
+    assert reason("aten.add_.Tensor", {}) == "an in-place overload no OpInfo sample calls"
+    assert reason("aten.gelu_backward.default", {}) == "a backward op no backward case reached"
+    assert reason("aten.frobnicate.default", {}) == "no OpInfo's CPU samples dispatch it"
+    rules = {"aten.addmm.default": "matrix", "aten.add_.Tensor": "pointwise", "aten.mm.default": "matrix"}
+    ops = coverage.by_operator({"f::a": [_call("aten.mm.default", [((4, 4), ("R",))])]})
+    text = "\n".join(coverage.format_table(coverage.by_family(ops, rules), ops, by_opinfo=by_opinfo))
+    assert "not exercised, by reason (2 operators, each with one):" in text
+    assert "     1  an in-place overload no OpInfo sample calls: aten.add_.Tensor" in text
+
+
 def test_a_baseline_diff_names_lost_and_gained_kinds(tmp_path):
     old = {"aten.mm.default": ["1d mesh", "S(0)", "S(1)"], "aten.sum.default": ["R"]}
     new = {"aten.mm.default": ["1d mesh", "S(0)", "P(sum)"], "aten.bmm.default": ["R"]}
@@ -100,3 +119,16 @@ def test_scores_count_a_mutant_for_the_gates_whose_cases_killed_it():
     grid = mutate.format_grid([killed0, killed1, survived, unproven], ["f", "g", "h"])
     assert grid == ["kill grid: 1=f, 2=g; K killed, S survived, u unproven, . no site", "     1 2",
                     "  a  K S", "  b  K u"]
+
+
+def test_scores_by_fault_and_origin_count_each_origins_cases_apart():
+    results = [MutantResult("aten.exp.default:reduce_skipped", "aten.exp.default", "reduce_skipped", state="killed",
+                            killers={"gen.py::a": "fail"}),
+               MutantResult("aten.mm.default:reduce_skipped", "aten.mm.default", "reduce_skipped", state="survived")]
+    origins = {"gen.py::a": ("generated",), "hand.py::b": ("hand-written",)}
+    ops_of = {"generated": {"aten.exp.default", "aten.mm.default"}, "hand-written": {"aten.exp.default"}}
+    per = mutate.scores(results, origins, ops_of)
+    assert per == {"generated": (1, 2), "hand-written": (0, 1)}
+    lines = mutate.format_by_origin({"reduce_skipped": per}, {"reduce_skipped": "a Partial input unreduced"})
+    assert lines[1] == ("  reduce_skipped  generated 1/2 = 50 %; hand-written 0/1 = 0 %   "
+                        "(a Partial input unreduced)")

@@ -57,7 +57,7 @@ def test_the_hook_records_each_distinct_call_with_its_rule_and_proves_mutants(wo
     assert mm["out"] == [["P(sum)"]] and mm["args"][0] == {"t": [4, 6], "dtype": "float32", "p": ["S(1)"]}
     assert softmax["to"] == [["R"]] and softmax["args"][1:] == [{"v": 1}, {"v": False}]
     assert set(torch_rules.fault_sites(mm)) == {"partial_as_replicate", "shard_instead_of_partial", "wrong_reduce_op"}
-    assert set(torch_rules.fault_sites(softmax)) == {"missing_redistribute", "gather_skipped"}
+    assert set(torch_rules.fault_sites(softmax)) == {"missing_redistribute", "gather_skipped", "gather_reversed"}
     assert "shard_instead_of_partial" not in torch_rules.fault_sites(total)  # a 0-d output has no dim to shard
 
     ok, why = torch_witness.prove("aten.mm.default:partial_as_replicate", rec.calls, b)
@@ -71,6 +71,36 @@ def test_the_hook_records_each_distinct_call_with_its_rule_and_proves_mutants(wo
     assert not ok and "not replayable" in why
     with pytest.raises(ValueError, match="unknown fault 'nope'"):
         torch_rules.activate("aten.mm.default:nope")
+
+
+def test_each_fault_below_the_rules_is_proven_by_a_witness_and_has_its_site(world):
+    """The faults of torch_layer_faults (redistribute, collective, argument normalisation, view
+    analysis, local offset): each has a site in a call that needs it and a witness that tells it
+    apart."""
+    from meshtest.model.placement import Partial, Shard
+    from meshtest.platforms import torch_layer_faults, torch_rules, torch_witness
+
+    b, mesh = world
+    with torch_rules.CallRecorder() as rec:
+        torch.exp(b.distribute(torch.randn(4, 6), mesh, [Partial("sum")]))
+        torch.softmax(b.distribute(torch.randn(4, 6), mesh, [Shard(1)]), dim=-1)
+        torch.argmax(b.distribute(torch.randn(6, 4), mesh, [Shard(0)]), dim=0)
+        b.distribute(torch.randn(4, 6), mesh, [Shard(1)]).view(4, 2, 3)
+    by_op = {c["op"]: c for c in rec.calls}
+    exp, softmax, argmax = by_op["aten.exp.default"], by_op["aten._softmax.default"], by_op["aten.argmax.default"]
+    assert {"reduce_skipped", "reduce_op_swapped"} <= set(torch_rules.fault_sites(exp))
+    assert {"gather_reversed", "negative_dim_off"} <= set(torch_rules.fault_sites(softmax))
+    assert "shard_offset_dropped" in torch_rules.fault_sites(argmax)
+    assert not {"gather_reversed", "negative_dim_off"} & set(torch_rules.fault_sites(exp))
+    for mutant in ("aten.exp.default:reduce_skipped", "aten.exp.default:reduce_op_swapped",
+                   "aten._softmax.default:gather_reversed", "aten._softmax.default:negative_dim_off",
+                   "aten.argmax.default:shard_offset_dropped", "aten.view.default:view_split_piece"):
+        ok, why = torch_witness.prove(mutant, rec.calls, b)
+        assert ok, (mutant, why)
+    # gated by the operator: the same fault on another operator changes nothing of these calls
+    ok, why = torch_witness.prove("aten.sin.default:reduce_skipped", rec.calls, b)
+    assert not ok
+    assert set(torch_layer_faults.LAYER_FAULTS) <= set(b.faults())
 
 
 @nightly  # a mutation run (a long suite: its own command, docs/strength.md)

@@ -40,6 +40,8 @@ GENERATORS = {"torch-opinfo": "meshtest.platforms.torch_opinfo"}
 ENTRY_FIELDS = ("name", "mesh_shape", "tags", "known_failure")
 #: Top-level keys of a manifest.
 HEADER_FIELDS = ("format", "generator", "family", "written_by", "platform_version", "cases")
+#: Where ``python -m meshtest generate opinfo`` writes the OpInfo manifests.
+OPINFO_DIR = os.path.join("cases", "torch", "opinfo")
 #: The registration call the scan reads.
 REGISTER_CALL = "register_generated"
 
@@ -90,6 +92,25 @@ def read_manifest(case_file: str, manifest: Any, read: Optional[Callable[[str], 
             raise bad(f"{path}: case name {entry['name']!r} appears twice", entry["name"])
         seen.add(entry["name"])
     return doc
+
+
+def manifest_named_by(case_file: str) -> Optional[str]:
+    """The ``manifest=`` of the ``register_generated(...)`` statement of ``case_file``, or ``None``
+    when it has none (a hand-written case file, or one that does not parse)."""
+    import ast
+
+    try:
+        tree = ast.parse(_read_file(case_file), filename=case_file)
+    except (OSError, SyntaxError):
+        return None
+    for stmt in tree.body:
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        name = getattr(getattr(call, "func", None), "id", None) or getattr(getattr(call, "func", None), "attr", None)
+        if isinstance(call, ast.Call) and name == REGISTER_CALL:
+            kw = {k.arg: k.value for k in call.keywords}
+            if isinstance(kw.get("manifest"), ast.Constant) and isinstance(kw["manifest"].value, str):
+                return kw["manifest"].value
+    return None
 
 
 def _read_file(path: str) -> str:

@@ -618,7 +618,7 @@ class TorchGlooBackend(ShardBackend):
     def faults(self) -> Dict[str, str]:
         from . import torch_rules
 
-        return {name: what for name, (what, _) in torch_rules.FAULTS.items()}
+        return dict(torch_rules.ALL_FAULTS)
 
     def fault_sites(self, call: Dict[str, Any]) -> List[str]:
         from . import torch_rules

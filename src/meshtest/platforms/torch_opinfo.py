@@ -697,3 +697,68 @@ def materialize(entry: Dict[str, Any], manifest: Dict[str, Any]) -> OpShardCase:
         mesh_shape=tuple(entry["mesh_shape"]), tags=tuple(entry["tags"]),
         compare=compare_of(entry["out_dtypes"], entry["nonfinite"], entry["random"], entry["dtypes"]),
         compare_outputs=tuple(entry["outputs"]), known_failure=None if known is None else KnownFailure(**known))
+
+
+# ---------------------------------------------------------------------------------------------
+# shrinking: one-step simplifications of an entry (meshtest.strength.shrink drives them)
+
+
+def entry_name(e: Dict[str, Any]) -> str:
+    """The case name an entry's fields give (as :attr:`Planned.name`)."""
+    mesh = "x".join(map(str, e["mesh_shape"]))
+    return (f"{e['op']}.{e['dtype']}.s{e['sample']}.m{mesh}.{placement_label(e['placements'])}"
+            + (".bwd" if e["grad_inputs"] else ""))
+
+
+def _renamed(e: Dict[str, Any], **changes: Any) -> Dict[str, Any]:
+    out = {**e, **changes, "known_failure": None}
+    out["kind"] = kind_of(out["placements"], out["shapes"], out["mesh_shape"])
+    out["name"] = entry_name(out)
+    return out
+
+
+def simpler(e: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
+    """Every one-step simplification of entry ``e``, simplest first, each ``(what changed, entry)``:
+    one mesh dim of a 2-D mesh kept (with its placements); a 1-D mesh of 2 ranks; one placement
+    made ``Replicate()``; no backward; a smaller sample of the same OpInfo and dtype whose tensors
+    have the same ranks (so the placements still apply), smallest first."""
+    out: List[Tuple[str, Dict[str, Any]]] = []
+    mesh, pl = e["mesh_shape"], e["placements"]
+    if len(mesh) > 1:
+        for k in range(len(mesh)):
+            out.append((f"mesh dim {k} only", _renamed(e, mesh_shape=[mesh[k]], placements=[[per[k]] for per in pl])))
+    elif mesh[0] > 2:
+        out.append(("2 ranks", _renamed(e, mesh_shape=[2])))
+    for i, per in enumerate(pl):
+        for k, p in enumerate(per):
+            if p != "R":
+                new = [list(x) for x in pl]
+                new[i][k] = "R"
+                out.append((f"input {i} mesh dim {k} Replicate()", _renamed(e, placements=new)))
+    if e["grad_inputs"]:
+        out.append(("no backward", _renamed(e, grad_inputs=[])))
+    size = sum(int(np.prod(s)) for s in e["shapes"])
+    op = opinfos()[e["op"]]
+    smaller = []
+    for index, sample in enumerate(samples(e["op"], e["dtype"])):
+        ts = tensors_of(sample)
+        if index == e["sample"] or [t.dim() for t in ts] != [len(s) for s in e["shapes"]]:
+            continue
+        if sum(t.numel() for t in ts) >= size:
+            continue
+        facts, _ = sample_facts(op, e["op"], e["dtype"], index, sample, {a: "" for a in e["aten"]})
+        if facts is None:
+            continue
+        smaller.append((sum(t.numel() for t in ts), index, facts))
+    for _, index, f in sorted(smaller, key=lambda x: x[:2]):
+        grads = f.grad_inputs if e["grad_inputs"] else []
+        out.append((f"sample {index}", _renamed(
+            e, sample=index, sig=f.sig, shapes=f.shapes, dtypes=f.dtypes, outputs=f.outputs, out_dtypes=f.out_dtypes,
+            grad_inputs=grads, nonfinite=f.nonfinite, random=f.random, inplace=f.inplace)))
+    return [(what, x) for what, x in out if _valid(x)]
+
+
+def _valid(e: Dict[str, Any]) -> bool:
+    """Every ``Shard(d)`` within its tensor's rank."""
+    return all(int(p[2:-1]) < len(shape) for per, shape in zip(e["placements"], e["shapes"]) for p in per
+               if p.startswith("S("))

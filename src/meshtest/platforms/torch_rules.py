@@ -36,6 +36,8 @@ from torch.distributed.tensor._op_schema import OpSchema, OutputSharding
 from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
 
+from . import torch_layer_faults
+
 log = logging.getLogger(__name__)
 
 
@@ -272,7 +274,8 @@ class _Hook:
 
     def __call__(self, schema: OpSchema, *args: Any, **kwargs: Any) -> Any:
         try:
-            result = self.inner(schema, *args, **kwargs)
+            with torch_layer_faults.propagating(str(schema.op)):
+                result = self.inner(schema, *args, **kwargs)
         except NotImplementedError:
             if self.recorder is not None:
                 self.recorder.add(schema, None)
@@ -352,42 +355,55 @@ class CallRecorder:
         h.set(None, h.cached.mutant)
 
 
+#: Every fault a mutant may carry: those of the rules' output (:data:`FAULTS`) and those below it
+#: (:data:`meshtest.platforms.torch_layer_faults.LAYER_FAULTS`), name → what it does.
+ALL_FAULTS: Dict[str, str] = {**{name: what for name, (what, _) in FAULTS.items()},
+                              **{name: f"{what} ({layer})" for name, (what, layer)
+                                 in torch_layer_faults.LAYER_FAULTS.items()}}
+
+
 def parse_mutant(mutant: str) -> Tuple[str, str]:
     """``"aten.sum.dim_IntList:partial_as_replicate"`` → (operator, fault).
 
-    :raises ValueError: no ``:``, or a fault not in :data:`FAULTS` (the message lists them)."""
+    :raises ValueError: no ``:``, or a fault not in :data:`ALL_FAULTS` (the message lists them)."""
     op, sep, fault = mutant.rpartition(":")
     if not sep or not op:
         raise ValueError(f"mutant {mutant!r}: expected OPERATOR:FAULT, e.g. aten.sum.default:partial_as_replicate")
-    if fault not in FAULTS:
-        raise ValueError(f"mutant {mutant!r}: unknown fault {fault!r}; known: {', '.join(FAULTS)}")
+    if fault not in ALL_FAULTS:
+        raise ValueError(f"mutant {mutant!r}: unknown fault {fault!r}; known: {', '.join(ALL_FAULTS)}")
     return op, fault
 
 
 def activate(mutant: str) -> None:
-    """From now on in this process, operator ``op``'s sharding rule carries ``fault``
-    (``mutant`` = ``"op:fault"``, :func:`parse_mutant`); ``""`` deactivates.
+    """From now on in this process, operator ``op``'s sharding rule — or, for a fault of
+    :mod:`meshtest.platforms.torch_layer_faults`, what DTensor does below it for ``op`` — carries
+    ``fault`` (``mutant`` = ``"op:fault"``, :func:`parse_mutant`); ``""`` deactivates.
 
     :raises ValueError: see :func:`parse_mutant`."""
     h = _hooks()
-    chosen = None
+    chosen, layer = None, (None, None)
     if mutant:
         op, fault = parse_mutant(mutant)
-        chosen = (op, FAULTS[fault][1])
-        log.info("mutant %s active: %s", mutant, FAULTS[fault][0])
+        if fault in FAULTS:
+            chosen = (op, FAULTS[fault][1])
+        else:
+            layer = (op, fault)
+        log.info("mutant %s active: %s", mutant, ALL_FAULTS[fault])
     h.set(h.cached.recorder, chosen)
+    torch_layer_faults.set_active(*layer)
     _clear_sharding_prop_cache()
 
 
 def reached() -> int:
-    """How many propagated calls the active mutant has changed since :func:`activate`."""
-    return _hooks().reached
+    """How many propagated calls (or, for a layer fault, values) the active mutant has changed
+    since :func:`activate`."""
+    return _hooks().reached + torch_layer_faults.reached()
 
 
 def fault_sites(call: Dict[str, Any]) -> List[str]:
-    """The faults of :data:`FAULTS` that can change this recorded call (:func:`call_json`),
-    judged from its output placements and redistributions (the same conditions the fault
-    functions test)."""
+    """The faults of :data:`ALL_FAULTS` that can change this recorded call (:func:`call_json`),
+    judged from its output placements, redistributions and literal arguments (the same
+    conditions the fault functions test)."""
     if not call.get("rule") or "out" not in call:
         return []
     ndims = call.get("out_ndim") or [0] * len(call["out"])
@@ -401,6 +417,7 @@ def fault_sites(call: Dict[str, Any]) -> List[str]:
             sites.append("wrong_reduce_op")
     if any(p.startswith("S(") and n >= 2 for o, n in outs for p in o):
         sites.append("wrong_shard_dim")
+    sites += torch_layer_faults.sites(call, _tensor_args(call))
     sources = [a["p"] for a in _tensor_args(call)]
     moved = [(s, t) for src, dst in zip(sources, call.get("to", [])) for s, t in zip(src, dst) if s != t]
     if moved:

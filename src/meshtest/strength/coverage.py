@@ -190,6 +190,43 @@ def by_family(ops: Mapping[str, OpCoverage], rules: Mapping[str, str]) -> List[F
     return sorted(fams.values(), key=lambda f: (-len(f.covered), f.family))
 
 
+def dispatched_by_opinfo(manifest_paths: Iterable[str]) -> Dict[str, Set[str]]:
+    """Operator → the OpInfos whose samples dispatch it on plain tensors (the manifests'
+    ``aten`` fields, :mod:`meshtest.platforms.torch_opinfo`)."""
+    found: Dict[str, Set[str]] = {}
+    for path in manifest_paths:
+        with open(path, encoding="utf-8") as f:
+            for e in json.load(f)["cases"]:
+                for op in e.get("aten", ()):
+                    found.setdefault(op, set()).add(e["op"])
+    return found
+
+
+def unexercised_reason(op: str, by_opinfo: Mapping[str, Set[str]]) -> str:
+    """Why no case exercised ``op`` (an ``aten.name.overload`` with a registered rule), from its
+    name and the OpInfos that dispatch it on plain tensors (:func:`dispatched_by_opinfo`).
+
+    In order: an OpInfo dispatches it but no case of this run reached its rule on DTensors
+    (DTensor decomposed or rewrote the call, the cases stopped before it, or they were not
+    selected); a ``_foreach_`` list op (torch's ``foreach_op_db``, which the generator does not
+    read); an ``out=`` overload (DTensor runs the functional op; no case passes ``out=``); an
+    in-place overload (no sample of an OpInfo calls it); a backward op (reached only from a
+    backward case over that forward); else no OpInfo's CPU samples dispatch it."""
+    name = op.split(".")[1] if op.count(".") >= 2 else op
+    overload = op.rsplit(".", 1)[-1]
+    if op in by_opinfo:
+        return f"dispatched on plain tensors by OpInfo {', '.join(sorted(by_opinfo[op])[:3])}, not reached on DTensors"
+    if name.startswith("_foreach_"):
+        return "a _foreach_ list op: torch's foreach_op_db, which the generator does not read"
+    if overload == "out" or overload.endswith("_out") or overload.startswith("out"):
+        return "an out= overload: no case passes out="
+    if name.endswith("_") and not name.endswith("__"):
+        return "an in-place overload no OpInfo sample calls"
+    if "backward" in name:
+        return "a backward op no backward case reached"
+    return "no OpInfo's CPU samples dispatch it"
+
+
 def baseline_of(ops: Mapping[str, OpCoverage]) -> Dict[str, List[str]]:
     """The stored form of coverage: operator → sorted placement kinds (plus ``"{n}d mesh"``)."""
     return {op: sorted(c.kinds | {f"{n}d mesh" for n in c.meshes}) for op, c in sorted(ops.items())}
@@ -211,9 +248,11 @@ def diff_baseline(old: Mapping[str, Sequence[str]], new: Mapping[str, Sequence[s
 
 
 def format_table(families: Sequence[FamilyCoverage], ops: Mapping[str, OpCoverage], show: int = 8,
-                 full: bool = False) -> List[str]:
+                 full: bool = False, by_opinfo: Optional[Mapping[str, Set[str]]] = None) -> List[str]:
     """Text report: per family, covered/registered and the exercised operators with their kinds
-    and case counts; then the uncovered operators (``show`` per family unless ``full``)."""
+    and case counts; then the uncovered operators (``show`` per family unless ``full``); with
+    ``by_opinfo`` (:func:`dispatched_by_opinfo`), every uncovered operator counted under its
+    reason (:func:`unexercised_reason`), each reason with examples (``full``: all)."""
     reg = sum(len(f.registered) for f in families if f.family != "(no rule)")
     cov = sum(len(f.covered) for f in families if f.family != "(no rule)")
     lines = [f"sharding-rule coverage: {cov} of {reg} registered operators exercised "
@@ -235,6 +274,16 @@ def format_table(families: Sequence[FamilyCoverage], ops: Mapping[str, OpCoverag
         head = missing if full else missing[:show]
         more = "" if len(head) == len(missing) else f" … and {len(missing) - len(head)} more (--all)"
         lines.append(f"  {f.family} ({len(missing)}): {', '.join(head)}{more}")
+    if by_opinfo is not None:
+        reasons: Dict[str, List[str]] = {}
+        for f in families:
+            for op in f.uncovered:
+                reasons.setdefault(unexercised_reason(op, by_opinfo).split(" by OpInfo ")[0], []).append(op)
+        lines.append(f"not exercised, by reason ({sum(map(len, reasons.values()))} operators, each with one):")
+        for why, members in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
+            head = members if full else members[:show]
+            more = "" if len(head) == len(members) else f" … and {len(members) - len(head)} more (--all)"
+            lines.append(f"  {len(members):4d}  {why}: {', '.join(head)}{more}")
     return lines
 
 

@@ -20,13 +20,12 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from ..model.generated import FORMAT, GENERATORS, write_manifest
 
-#: Where the committed manifests live.
-OPINFO_DIR = os.path.join("cases", "torch", "opinfo")
 #: The command that writes them (recorded in each manifest).
 COMMAND = "python -m meshtest generate opinfo"
 
 _CASE_FILE = '''"""Op cases generated from torch's OpInfo database, rule family `{family}`: see
-docs/strength.md, "Generated cases". Written by `{command}`; edit the generator, not this file."""
+docs/strength.md, "Generated cases". Written by `{command}`;
+edit the generator, not this file."""
 from meshtest import register_generated
 
 register_generated(manifest="manifest_{stem}.json")

@@ -324,6 +324,22 @@ def format_matrix(results: Sequence[MutantResult], gate_scores: Mapping[str, Tup
     return lines
 
 
+def format_by_origin(by_fault: Mapping[str, Mapping[str, Tuple[int, int]]], what: Mapping[str, str]) -> List[str]:
+    """The score of each fault for the generated and the hand-written cases apart: ``by_fault``
+    is fault → origin → (killed, proven) (:func:`scores` over that fault's mutants, the origins as
+    gates); ``what`` fault → its description (the layer it lives in)."""
+    origins = sorted({o for scores_ in by_fault.values() for o in scores_})
+    lines = ["mutation score by fault and origin (killed/proven over the operators each origin's cases dispatch):"]
+    width = max((len(f) for f in by_fault), default=0)
+    for fault, per in by_fault.items():
+        cells = []
+        for o in origins:
+            k, p = per.get(o, (0, 0))
+            cells.append(f"{o} {k}/{p}" + (f" = {100.0 * k / p:.0f} %" if p else ""))
+        lines.append(f"  {fault:{width}}  " + "; ".join(cells) + f"   ({what.get(fault, '')})")
+    return lines
+
+
 def write_json(path: str, results: Sequence[MutantResult], gate_scores: Mapping[str, Tuple[int, int]],
                wall_s: float, how: str) -> None:
     """``mutation.json``: the command, wall seconds, scores per gate, every mutant.

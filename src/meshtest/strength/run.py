@@ -14,12 +14,17 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..model.generated import OPINFO_DIR, manifest_named_by
 from ..parent.planner import select_cases
 from ..parent.runner import RunOptions, RunResult, run, scan_files
 from . import coverage, mutate
 
 #: The baseline the project test compares the cpu_level0 coverage with.
 BASELINE = os.path.join("cases", "torch", "strength", "cpu_level0_ops.json")
+
+
+#: How mutation scores name the two origins of a case: generated from a manifest, or written by hand.
+ORIGINS = {False: "generated", True: "hand-written"}
 
 
 def default_files(platform: str = "torch") -> List[str]:
@@ -74,7 +79,9 @@ def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
         return 2
     ops = coverage.by_operator(calls)
     families = coverage.by_family(ops, load_backend(platform).sharding_rules())
-    print("\n".join(coverage.format_table(families, ops, full=full)))
+    manifests = sorted(glob.glob(os.path.join(OPINFO_DIR, "manifest_*.json")))
+    print("\n".join(coverage.format_table(families, ops, full=full,
+                                           by_opinfo=coverage.dispatched_by_opinfo(manifests))))
     os.makedirs(artifacts_dir, exist_ok=True)
     coverage.write_html(os.path.join(artifacts_dir, "ops-coverage.html"), families, ops)
     current = coverage.baseline_of(ops)
@@ -170,9 +177,17 @@ def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, pl
                 if g in whole:
                     ops_of_gate.setdefault(g, set()).add(op)
     gate_scores = mutate.scores(todo, gates, ops_of_gate)
+    origins = {k: (ORIGINS[manifest_named_by(c.file) is None],) for k, c in by_key.items()}
+    ops_of_origin: Dict[str, set] = {}
+    for op, cov in ops.items():
+        for k in cov.cases:
+            if k in origins:
+                ops_of_origin.setdefault(origins[k][0], set()).add(op)
+    by_fault = {f: mutate.scores([m for m in todo if m.fault == f], origins, ops_of_origin) for f in chosen}
     wall = time.monotonic() - t0
     print("\n".join(mutate.format_matrix(todo, gate_scores, wall)))
     print("\n".join(mutate.format_grid(todo, chosen)))
+    print("\n".join(mutate.format_by_origin(by_fault, known)))
     how = f"python -m meshtest mutate --tag {' --tag '.join(tags) or '(none)'}"
     mutate.write_json(os.path.join(artifacts_dir, "mutation.json"), todo, gate_scores, wall, how)
     print(f"meshtest: kill matrix in {artifacts_dir}/mutation.json")

@@ -112,10 +112,11 @@ def kinds_from_manifests(paths: Iterable[str]) -> Dict[str, Tuple[str, str]]:
     return out
 
 
-def cmd_triage(results: Sequence[str], manifest_dir: str, stream: Any) -> int:
+def cmd_triage(results: Sequence[str], manifest_dir: str, stream: Any, shrink: bool = False) -> int:
     """Print the failure groups of the generated cases in the runs ``results`` names
     (``results.jsonl`` files, or directories holding them as ``dist/test`` does), largest first,
-    each with one example; exit 1 when there is any."""
+    each with one example (``shrink``: shrunk to a minimal failing case,
+    :mod:`meshtest.strength.shrink`); exit 1 when there is any."""
     import glob
 
     from ..report.results import read_results, results_files
@@ -130,4 +131,22 @@ def cmd_triage(results: Sequence[str], manifest_dir: str, stream: Any) -> int:
         first = members[0]["failures"][0]["error"] if members[0]["failures"] else ""
         print(f"{len(members):5d}  {op}  [{kind}]  {step}  {err}", file=stream)
         print(f"       e.g. {members[0]['case']}: {first.splitlines()[0][:240] if first else ''}", file=stream)
+        if shrink:
+            from .shrink import find_entry, report  # pants: no-infer-dep (torch's)
+            from .shrink import shrink as shrink_entry  # pants: no-infer-dep (torch's)
+
+            try:
+                report(shrink_entry(*find_entry(f"{members[0]['file']}::{members[0]['case']}")), _Indented(stream))
+            except ValueError as e:
+                print(f"       not shrunk: {e}", file=stream)
     return 1 if found else 0
+
+
+class _Indented:
+    """A stream that indents what is written to it (the shrunk case under its group)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        self.stream.write("".join("       " + ln if ln.strip() else ln for ln in text.splitlines(True)))
