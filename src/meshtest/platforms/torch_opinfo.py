@@ -145,12 +145,24 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     return (t.float() if t.dtype == torch.bfloat16 else t).contiguous().numpy()
 
 
-def call(op: Any, sample: Any, tensors: Sequence[Any]) -> Any:
-    """Call ``op`` with ``sample``'s arguments, its tensors replaced by ``tensors`` in order."""
+#: The ways a case calls its OpInfo: the functional op (``""``), its in-place variant (the
+#: first tensor is written and returned), or the op with ``out=`` a buffer shaped like its result
+#: (``torch.empty_like`` of the functional result, so a DTensor buffer has its placements).
+VARIANTS = ("", "inplace", "out")
+
+
+def call(op: Any, sample: Any, tensors: Sequence[Any], variant: str = "") -> Any:
+    """Call ``op`` (:data:`VARIANTS`) with ``sample``'s arguments, its tensors replaced by
+    ``tensors`` in order."""
     leaves, spec = _leaves(sample)
     it = iter(tensors)
     inp, args, kwargs = tree_unflatten([next(it) if isinstance(x, torch.Tensor) else x for x in leaves], spec)
-    return op.op(inp, *args, **kwargs)
+    if variant == "inplace":
+        return op.inplace_variant(inp, *args, **kwargs)
+    out = op.op(inp, *args, **kwargs)
+    if variant == "out":
+        return op.op(inp, *args, **kwargs, out=torch.empty_like(out))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,6 +234,7 @@ class SampleFacts:
     nonfinite: bool = False  # the op's output holds NaN/Inf for this sample (compared NaN for NaN)
     random: bool = False  # runs from two seeds differ (a random op, uninitialised memory)
     inplace: List[int] = field(default_factory=list)  # tensors the op writes into (version counter bumped)
+    variants: List[str] = field(default_factory=list)  # "inplace", "out": what else gives the same result here
 
 
 class _AtenOps(TorchDispatchMode):
@@ -289,7 +302,22 @@ def sample_facts(op: Any, key: str, dtype: str, index: int, sample: Any,
                         inplace=[i for i, t in enumerate(first) if t._version != versions[i]])
     if op.supports_autograd and dtype in FLOATS:
         facts.grad_inputs = _grad_inputs(op, sample, ts)
+    if not random_ and not facts.inplace and isinstance(out, torch.Tensor):
+        facts.variants = [v for v in VARIANTS[1:] if _variant_agrees(op, sample, ts, v, out)]
     return facts, ""
+
+
+def _variant_agrees(op: Any, sample: Any, ts: Sequence[torch.Tensor], variant: str, out: torch.Tensor) -> bool:
+    """Whether calling ``op`` as ``variant`` gives the functional result (an in-place variant
+    exists and the result's dtype allows it; the op takes ``out=``)."""
+    if variant == "inplace" and op.inplace_variant is None or variant == "out" and not op.supports_out:
+        return False
+    try:
+        with torch.random.fork_rng(devices=[]):
+            got = call(op, sample, [t.detach().clone() for t in ts], variant)
+    except Exception:  # noqa: BLE001 — the variant refuses this sample (dtype promotion, a view input)
+        return False
+    return isinstance(got, torch.Tensor) and got.dtype == out.dtype and _same(got, out)
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -376,12 +404,13 @@ class Planned:
     placements: Tuple[Tuple[str, ...], ...]
     grad: bool
     tags: Tuple[str, ...]
+    variant: str = ""
 
     @property
     def name(self) -> str:
         mesh = "x".join(map(str, self.mesh))
         return (f"{self.key}.{self.dtype}.s{self.facts.index}.m{mesh}.{placement_label(self.placements)}"
-                + (".bwd" if self.grad else ""))
+                + (f".{self.variant}" if self.variant else "") + (".bwd" if self.grad else ""))
 
     @property
     def kind(self) -> str:
@@ -411,6 +440,8 @@ def tiers(key: str, turn: int, by_dtype: Dict[str, List[SampleFacts]], nightly: 
       :data:`LEVEL1_SAMPLES` float32 samples (1-D patterns on 2 ranks, ``Shard`` on 4 and uneven ``Shard`` on 3, the 2-D
       ones on ``(2, 2)``), the 1-D patterns of the first sample of the second dtype, and backward
       on the 2-rank patterns of the first sample;
+      the in-place and ``out=`` overloads (:data:`VARIANTS`, where they give the functional
+      result on one device) on the single-tensor patterns of the first sample, 1-D and 2-D;
     - ``nightly``: every pattern on every mesh, every usable sample, both dtypes, backward for
       every float32 sample.
 
@@ -419,11 +450,11 @@ def tiers(key: str, turn: int, by_dtype: Dict[str, List[SampleFacts]], nightly: 
     out: Dict[str, Planned] = {}
 
     def add(dtype: str, f: SampleFacts, mesh: Tuple[int, ...], pl: Optional[List[List[str]]], grad: bool,
-            tags: Tuple[str, ...]) -> None:
+            tags: Tuple[str, ...], variant: str = "") -> None:
         if pl is None:
             return
-        p = Planned(key, dtype, f, mesh, tuple(tuple(x) for x in pl), grad and bool(f.grad_inputs),
-                    NIGHTLY if nightly else tags)
+        p = Planned(key, dtype, f, mesh, tuple(tuple(x) for x in pl), grad and bool(f.grad_inputs) and not variant,
+                    NIGHTLY if nightly else tags, variant)
         out.setdefault(p.name, p)
 
     floats = by_dtype.get("float32", [])
@@ -439,6 +470,12 @@ def tiers(key: str, turn: int, by_dtype: Dict[str, List[SampleFacts]], nightly: 
                     add("float32", f, mesh, pl, True, LEVEL1)
         for pl in placement_patterns(f.shapes, f.dtypes, MESH_2D, inplace=f.inplace):
             add("float32", f, MESH_2D, pl, False, LEVEL1)
+    for f in floats[:1] if not nightly else floats:
+        for variant in f.variants:  # the in-place and out= overloads, on the patterns the variant allows
+            written = [0] if variant == "inplace" else f.inplace
+            for mesh in ((2,), MESH_2D):
+                for pl in placement_patterns(f.shapes, f.dtypes, mesh, full=False, inplace=written):
+                    add("float32", f, mesh, pl, False, LEVEL1, variant)
     for dtype, facts in by_dtype.items():
         if dtype == "float32":
             continue
@@ -548,7 +585,8 @@ def entry(p: Planned) -> Dict[str, Any]:
         "op": p.key, "dtype": p.dtype, "sample": f.index, "sig": f.sig, "shapes": f.shapes, "dtypes": f.dtypes,
         "placements": [list(x) for x in p.placements], "kind": p.kind, "outputs": f.outputs,
         "out_dtypes": f.out_dtypes, "grad_inputs": f.grad_inputs if p.grad else [], "aten": f.aten,
-        "nonfinite": f.nonfinite, "random": f.random, "inplace": f.inplace,
+        "nonfinite": f.nonfinite, "random": f.random, "inplace": [0] if p.variant == "inplace" else f.inplace,
+        "variant": p.variant,
     }
 
 
@@ -657,7 +695,7 @@ class OpCall:
         self.__name__ = self.__qualname__ = entry["op"].replace(".", "_")
 
     def __call__(self, *tensors: Any) -> Any:
-        return call(opinfos()[self.entry["op"]], sample_of(self.entry), tensors)
+        return call(opinfos()[self.entry["op"]], sample_of(self.entry), tensors, self.entry.get("variant", ""))
 
 
 def compare_of(out_dtypes: Sequence[str], nonfinite: bool = False, random_: bool = False,
@@ -706,8 +744,9 @@ def materialize(entry: Dict[str, Any], manifest: Dict[str, Any]) -> OpShardCase:
 def entry_name(e: Dict[str, Any]) -> str:
     """The case name an entry's fields give (as :attr:`Planned.name`)."""
     mesh = "x".join(map(str, e["mesh_shape"]))
+    variant = e.get("variant", "")
     return (f"{e['op']}.{e['dtype']}.s{e['sample']}.m{mesh}.{placement_label(e['placements'])}"
-            + (".bwd" if e["grad_inputs"] else ""))
+            + (f".{variant}" if variant else "") + (".bwd" if e["grad_inputs"] else ""))
 
 
 def _renamed(e: Dict[str, Any], **changes: Any) -> Dict[str, Any]:
