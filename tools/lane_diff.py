@@ -28,15 +28,14 @@ skipped an eligible case, or when there is nothing to compare. Reads files only;
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 from meshtest.contract import CaseOutcome  # noqa: E402
 from meshtest.model.scan import scan_case_file  # noqa: E402
+from meshtest.report.results import error_kind as results_error_kind  # noqa: E402
 from meshtest.report.results import read_results, results_files  # noqa: E402
-from meshtest.status import Status  # noqa: E402
 
 #: Launch-group id of the one-process lane (:func:`meshtest.parent.planner.plan_local_groups`).
 LOCAL_GROUP = "local"
@@ -54,19 +53,9 @@ def by_lane(paths: List[str]) -> Tuple[Dict[str, CaseOutcome], Dict[str, CaseOut
     return local, ranks
 
 
-_EXCEPTION = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|NotMet))\b")
-
-
 def error_kind(o: CaseOutcome) -> str:
-    """The kind of a verdict's failure: ``mismatch`` (a failed comparison or assertion), the
-    exception's type for an error or a known failure (the first ``...Error``/``...Exception`` of
-    its first line), the status otherwise (``pass``, ``unsupported``, ``crash`` ...)."""
-    if o.status is Status.FAIL:
-        return "mismatch"
-    if o.status in (Status.ERROR, Status.XFAIL):
-        m = _EXCEPTION.search(_first_line(o))
-        return m.group(1) if m else o.status.value
-    return o.status.value
+    """The kind of a verdict's failure (:func:`meshtest.report.results.error_kind` of its first line)."""
+    return results_error_kind(o.status.value, _first_line(o))
 
 
 def verdict(o: CaseOutcome) -> Tuple[str, str, str]:

@@ -426,10 +426,6 @@ LEVEL1 = ("cpu_level1",)
 NIGHTLY = ("cpu_nightly",)
 
 
-def _pick(patterns: Sequence[List[List[str]]], turn: int) -> Optional[List[List[str]]]:
-    return patterns[turn % len(patterns)] if patterns else None
-
-
 def tiers(key: str, turn: int, by_dtype: Dict[str, List[SampleFacts]], nightly: bool = False) -> List[Planned]:
     """The cases of one OpInfo, each tagged with its gate.
 
@@ -437,11 +433,11 @@ def tiers(key: str, turn: int, by_dtype: Dict[str, List[SampleFacts]], nightly: 
       (:func:`level0_case`), forward only, that meets Shard (uneven where it can), Partial,
       Replicate and a 2-D mesh at once;
     - level 1 (``cpu_level1``): every pattern of :func:`placement_patterns` for the first
-      :data:`LEVEL1_SAMPLES` float32 samples (1-D patterns on 2 ranks, ``Shard`` on 4 and uneven ``Shard`` on 3, the 2-D
-      ones on ``(2, 2)``), the 1-D patterns of the first sample of the second dtype, and backward
-      on the 2-rank patterns of the first sample;
-      the in-place and ``out=`` overloads (:data:`VARIANTS`, where they give the functional
-      result on one device) on the single-tensor patterns of the first sample, 1-D and 2-D;
+      :data:`LEVEL1_SAMPLES` float32 samples (1-D patterns on 2 ranks, ``Shard`` alone on 4,
+      uneven ``Shard`` alone on 3, the 2-D ones on ``(2, 2)``), the 1-D patterns of the first
+      sample of the second dtype, backward on the 2-rank patterns of the first sample, and the
+      in-place and ``out=`` overloads (:data:`VARIANTS`, where they give the functional result on
+      one device) on the single-tensor patterns of the first sample, 1-D and 2-D;
     - ``nightly``: every pattern on every mesh, every usable sample, both dtypes, backward for
       every float32 sample.
 

@@ -9,9 +9,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Dict, List, Sequence
 
 from ..contract import CaseOutcome
+
+_EXCEPTION = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|NotMet))\b")
+
+
+def error_kind(status: str, first_line: str) -> str:
+    """The kind of a failure, what two lanes (``tools/lane_diff.py``) and a triage signature
+    (:mod:`meshtest.strength.triage`) compare: ``mismatch`` for a failed comparison or assertion
+    (status ``fail``), the exception's type for an error or a known failure (the first
+    ``...Error``/``...Exception`` of the message's first line), else the status (``pass``,
+    ``crash``, ``timeout`` ...)."""
+    if status == "fail":
+        return "mismatch"
+    if status in ("error", "xfail"):
+        m = _EXCEPTION.search(first_line)
+        return m.group(1) if m else status
+    return status
 
 
 def write_results(path: str, outcomes: Sequence[CaseOutcome]) -> None:

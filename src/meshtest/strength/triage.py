@@ -24,7 +24,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import re
 from collections import OrderedDict
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
@@ -76,11 +75,11 @@ def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]]) ->
 
 
 def error_kind(status: str, error: str) -> str:
-    """``mismatch`` for a failed comparison, else the exception's type named in the message."""
-    if status == "fail":
-        return "mismatch"
-    m = re.search(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception|Warning|Interrupt))\b", error, re.M)
-    return m.group(1) if m else status
+    """``mismatch`` for a failed comparison, else the exception's type named in the message's
+    first line, else the status (:func:`meshtest.report.results.error_kind`)."""
+    from ..report.results import error_kind as kind
+
+    return kind(status, error.splitlines()[0] if error else "")
 
 
 def signature(outcome: Dict[str, Any], kinds: Dict[str, Tuple[str, str]]) -> Tuple[str, str, str, str]:
