@@ -411,12 +411,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .model.generated import OPINFO_DIR
         from .strength.generate import cmd_generate  # pants: no-infer-dep (torch's; one target holds the package)
 
-        return cmd_generate(args.out or OPINFO_DIR, args.op, args.nightly, args.check)
+        try:
+            return cmd_generate(args.out or OPINFO_DIR, args.op, args.nightly, args.check, default_dir=not args.out)
+        except ValueError as e:
+            print(f"meshtest: {e}", file=sys.stderr)
+            return 2
     if args.command == "triage":
         from .model.generated import OPINFO_DIR
         from .strength.triage import cmd_triage
 
-        return cmd_triage(args.results, args.manifests or OPINFO_DIR, sys.stdout, shrink=args.shrink)
+        try:
+            return cmd_triage(args.results, args.manifests or OPINFO_DIR, sys.stdout, shrink=args.shrink)
+        except ValueError as e:
+            print(f"meshtest: {e}", file=sys.stderr)
+            return 2
     if args.command == "shrink":
         from .strength.shrink import cmd_shrink  # pants: no-infer-dep (torch's; one target holds the package)
 

@@ -61,8 +61,9 @@ def test_a_broken_manifest_fails_its_declaration_naming_the_file_and_the_rule(tm
 def test_a_missing_manifest_is_an_error_naming_where_it_should_be(tmp_path):
     scan = scan_case_source(str(tmp_path / "case_x.py"), CASE)
     assert "cannot read" in scan.broken[0].error and "manifest_x.json" in scan.broken[0].error
-    with pytest.raises(CaseDeclarationError, match="relative to the case file"):
-        read_manifest("case_x.py", "/abs/manifest.json")
+    for where in ("/abs/manifest.json", "sub/manifest.json", "../manifest.json"):
+        with pytest.raises(CaseDeclarationError, match="beside the case file"):
+            read_manifest("case_x.py", where)
 
 
 def test_the_pants_reader_is_used_instead_of_the_file_system(tmp_path):
@@ -93,3 +94,11 @@ def test_failures_group_by_op_kind_step_and_error_kind():
     assert [len(v) for v in found.values()] == [2, 1]
     assert error_kind("fail", "x") == "mismatch"
     assert error_kind("error", "torch.AcceleratorError: y") == "AcceleratorError"
+
+
+def test_a_subset_or_the_nightly_set_is_never_written_over_the_committed_manifests():
+    from meshtest.strength.generate import cmd_generate
+
+    for only, nightly in ((["add"], False), ([], True)):
+        with pytest.raises(ValueError, match="give --out DIR"):
+            cmd_generate("cases/torch/opinfo", only, nightly, check=False, default_dir=True)

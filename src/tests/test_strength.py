@@ -65,15 +65,16 @@ def test_every_operator_not_exercised_is_counted_under_a_reason(tmp_path):
     reason = coverage.unexercised_reason
     assert reason("aten.addmm.default", by_opinfo).startswith("dispatched on plain tensors by OpInfo addmm")
     assert reason("aten._foreach_add.List", {}).startswith("a _foreach_ list op")
-    assert reason("aten.add.out", {}) == "an out= overload: no case passes out="
-    assert reason("aten.add_.Tensor", {}) == "an in-place overload no OpInfo sample calls"
+    assert reason("aten.add.out", {}) == "an out= overload no case reached"
+    assert reason("aten.add_.Tensor", {}) == "an in-place overload no case reached"
     assert reason("aten.gelu_backward.default", {}) == "a backward op no backward case reached"
     assert reason("aten.frobnicate.default", {}) == "no OpInfo's CPU samples dispatch it"
     rules = {"aten.addmm.default": "matrix", "aten.add_.Tensor": "pointwise", "aten.mm.default": "matrix"}
     ops = coverage.by_operator({"f::a": [_call("aten.mm.default", [((4, 4), ("R",))])]})
     text = "\n".join(coverage.format_table(coverage.by_family(ops, rules), ops, by_opinfo=by_opinfo))
     assert "not exercised, by reason (2 operators, each with one):" in text
-    assert "     1  an in-place overload no OpInfo sample calls: aten.add_.Tensor" in text
+    assert "     1  an in-place overload no case reached: aten.add_.Tensor" in text
+    assert "     1  dispatched on plain tensors by an OpInfo, not reached on DTensors: aten.addmm.default" in text
 
 
 def test_a_baseline_diff_names_lost_and_gained_kinds(tmp_path):

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Optional
 
 from ..errors import CaseDeclarationError
 
 #: The manifest format this code reads and writes.
 FORMAT = 1
 #: Generator name → the platform module that materialises its entries (``materialize(entry,
-#: manifest, file)`` → an ``OpShardCase``). Imported on the ranks only.
+#: manifest)`` → an ``OpShardCase``). Imported on the ranks only.
 GENERATORS = {"torch-opinfo": "meshtest.platforms.torch_opinfo"}
 #: Fields every manifest entry has. ``name``, ``mesh_shape``, ``tags`` and ``known_failure`` are
 #: the scanned ones; the others are the generator's own description of the case.
@@ -65,8 +65,9 @@ def read_manifest(case_file: str, manifest: Any, read: Optional[Callable[[str], 
     def bad(why: str, case: Optional[str] = None) -> CaseDeclarationError:
         return CaseDeclarationError(case_file, case, "manifest", why)
 
-    if not isinstance(manifest, str) or not manifest.endswith(".json") or os.path.isabs(manifest):
-        raise bad(f"manifest= must be a .json path relative to the case file; got {manifest!r}")
+    if not isinstance(manifest, str) or not manifest.endswith(".json") or os.path.basename(manifest) != manifest:
+        raise bad(f"manifest= must be the name of a .json file beside the case file (no directory: the build "
+                  f"target reads the JSON files of its own directory); got {manifest!r}")
     path = manifest_path(case_file, manifest)
     try:
         text = read(path) if read is not None else _read_file(path)
@@ -94,46 +95,26 @@ def read_manifest(case_file: str, manifest: Any, read: Optional[Callable[[str], 
     return doc
 
 
-def manifest_named_by(case_file: str) -> Optional[str]:
-    """The ``manifest=`` of the ``register_generated(...)`` statement of ``case_file``, or ``None``
-    when it has none (a hand-written case file, or one that does not parse)."""
-    import ast
-
-    try:
-        tree = ast.parse(_read_file(case_file), filename=case_file)
-    except (OSError, SyntaxError):
-        return None
-    for stmt in tree.body:
-        call = stmt.value if isinstance(stmt, ast.Expr) else None
-        name = getattr(getattr(call, "func", None), "id", None) or getattr(getattr(call, "func", None), "attr", None)
-        if isinstance(call, ast.Call) and name == REGISTER_CALL:
-            kw = {k.arg: k.value for k in call.keywords}
-            if isinstance(kw.get("manifest"), ast.Constant) and isinstance(kw["manifest"].value, str):
-                return kw["manifest"].value
-    return None
-
-
 def _read_file(path: str) -> str:
     with open(path, encoding="utf-8") as f:
         return f.read()
 
 
-def write_manifest(path: str, doc: Dict[str, Any]) -> None:
-    """Write ``doc`` with one case per line (a regenerated manifest diffs case by case)."""
+def manifest_text(doc: Dict[str, Any]) -> str:
+    """``doc`` as a manifest file's text: the header on one line, then one case per line (sorted
+    keys), so a regenerated manifest diffs case by case."""
     head = {k: doc[k] for k in HEADER_FIELDS if k != "cases"}
     lines = [json.dumps(head, sort_keys=False)[:-1] + ', "cases": [']
     cases = [json.dumps(c, sort_keys=True, separators=(",", ":")) for c in doc["cases"]]
     lines += [c + ("," if i < len(cases) - 1 else "") for i, c in enumerate(cases)]
     lines.append("]}")
+    return "\n".join(lines) + "\n"
+
+
+def write_manifest(path: str, doc: Dict[str, Any]) -> None:
+    """Write ``doc`` (:func:`manifest_text`) to ``path``, through a temporary file renamed into
+    place. :raises OSError: the directory is not writable."""
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write(manifest_text(doc))
     os.replace(tmp, path)
-
-
-def entries(doc: Dict[str, Any], names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
-    """The manifest's case entries, optionally only those named."""
-    if names is None:
-        return list(doc["cases"])
-    wanted = set(names)
-    return [e for e in doc["cases"] if e["name"] in wanted]

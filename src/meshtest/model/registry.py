@@ -149,7 +149,7 @@ def register_generated(*, manifest: str) -> int:
 
     if not _ACTIVE:
         raise CaseDeclarationError(inspect.stack()[1].filename, None, "manifest",
-                                   "register_generated() is called by a case file that meshtest loads")
+                                   "register_generated() must be called from a case file that meshtest loads")
     file = _ACTIVE[-1][1]
     doc = read_manifest(file, manifest)
     materialize = importlib.import_module(GENERATORS[doc["generator"]]).materialize

@@ -91,7 +91,8 @@ def current() -> Optional[str]:
 
 @contextlib.contextmanager
 def propagating(op: str) -> Iterator[None]:
-    """While ``op`` is propagated, dispatched or redistributed for."""
+    """Make ``op`` the :func:`current` operator for the ``with`` block (it is being propagated,
+    redistributed for, or handled), restoring the one before on the way out."""
     _CURRENT.append(op)
     try:
         yield
@@ -133,8 +134,7 @@ def _redistribute_wrapper(inner: Callable) -> Callable:
     @functools.wraps(inner)
     def redistribute_local_tensor(local: torch.Tensor, src: DTensorSpec, dst: DTensorSpec, *a: Any, **k: Any):
         pairs = list(zip(src.placements, dst.placements))
-        reduced = [i for i, (s, t) in enumerate(pairs) if isinstance(s, Partial) and not isinstance(t, Partial)
-                   and type(s) is Partial]
+        reduced = [i for i, (s, t) in enumerate(pairs) if type(s) is Partial and not isinstance(t, Partial)]
         if reduced and _on("reduce_skipped"):
             _hit()
             src = _with_placements(src, tuple(Replicate() if i in reduced else p for i, p in enumerate(src.placements)))
@@ -183,7 +183,7 @@ def _offset_wrapper(inner: Callable) -> Callable:
     @functools.wraps(inner)
     def local_shard_size_and_offset(curr_local_size: Any, num_chunks: int, rank: Any):
         size, offset = inner(curr_local_size, num_chunks, rank)
-        if _on("shard_offset_dropped"):
+        if _on("shard_offset_dropped") and not (isinstance(offset, int) and offset == 0):
             _hit()
             return size, 0
         return size, offset

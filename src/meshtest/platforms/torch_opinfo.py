@@ -98,7 +98,8 @@ def opinfos() -> Dict[str, Any]:
 @functools.lru_cache(maxsize=32)
 def samples(key: str, dtype: str) -> Tuple[Any, ...]:
     """The OpInfo's CPU samples of ``dtype``, drawn from :data:`SAMPLE_SEED` (the caller's random
-    state and dispatch modes are left as they were), in the order of their :func:`signature`:
+    state and dispatch modes are left as they were), in the order of their :func:`signature`
+    (a tuple; samples this module cannot describe are left out; ``KeyError``: no such OpInfo):
     some sample functions iterate over a set, whose order changes from process to process
     (string hashing is salted), so ``op_db``'s own order does not name a sample."""
     op = opinfos()[key]
@@ -153,7 +154,7 @@ VARIANTS = ("", "inplace", "out")
 
 def call(op: Any, sample: Any, tensors: Sequence[Any], variant: str = "") -> Any:
     """Call ``op`` (:data:`VARIANTS`) with ``sample``'s arguments, its tensors replaced by
-    ``tensors`` in order."""
+    ``tensors`` in order; returns what the op returns (what it raises propagates)."""
     leaves, spec = _leaves(sample)
     it = iter(tensors)
     inp, args, kwargs = tree_unflatten([next(it) if isinstance(x, torch.Tensor) else x for x in leaves], spec)
@@ -408,9 +409,8 @@ class Planned:
 
     @property
     def name(self) -> str:
-        mesh = "x".join(map(str, self.mesh))
-        return (f"{self.key}.{self.dtype}.s{self.facts.index}.m{mesh}.{placement_label(self.placements)}"
-                + (f".{self.variant}" if self.variant else "") + (".bwd" if self.grad else ""))
+        return entry_name({"op": self.key, "dtype": self.dtype, "sample": self.facts.index, "mesh_shape": self.mesh,
+                           "placements": self.placements, "variant": self.variant, "grad_inputs": self.grad})
 
     @property
     def kind(self) -> str:
@@ -527,7 +527,9 @@ class Discovery:
 
 def discover(rules: Dict[str, str], only: Optional[Iterable[str]] = None) -> Discovery:
     """Every OpInfo of ``op_db`` with CPU float32 samples that dispatch an operator with a
-    registered rule (``rules``: operator → family, :func:`meshtest.platforms.torch_rules.registered_rules`).
+    registered rule (``rules``: operator → family, :func:`meshtest.platforms.torch_rules.registered_rules`),
+    as a :class:`Discovery` (the usable samples per dtype, each OpInfo's family, the others with
+    their reason).
 
     :param only: OpInfo keys to consider (default: all).
     """
@@ -547,7 +549,8 @@ def discover(rules: Dict[str, str], only: Optional[Iterable[str]] = None) -> Dis
             try:
                 drawn = samples(key, name)
             except Exception as e:  # noqa: BLE001 — torch's sample function itself fails on CPU
-                reasons[f"sample_inputs raises {type(e).__name__}"] = 1
+                why = f"sample_inputs raises {type(e).__name__}"
+                reasons[why] = reasons.get(why, 0) + 1
                 continue
             usable = []
             for index, sample in enumerate(drawn):
@@ -555,7 +558,8 @@ def discover(rules: Dict[str, str], only: Optional[Iterable[str]] = None) -> Dis
                 if facts is None:
                     reasons[why] = reasons.get(why, 0) + 1
                 elif not facts.aten:
-                    reasons["dispatches no operator with a registered rule"] = 1
+                    why = "dispatches no operator with a registered rule"
+                    reasons[why] = reasons.get(why, 0) + 1
                 else:
                     usable.append(facts)
                 if len(usable) >= MAX_SAMPLES:
@@ -714,7 +718,9 @@ def compare_of(out_dtypes: Sequence[str], nonfinite: bool = False, random_: bool
 
 def materialize(entry: Dict[str, Any], manifest: Dict[str, Any]) -> OpShardCase:
     """The :class:`OpShardCase` of a manifest entry (see the module docstring). Cheap: the
-    sample is drawn when the case builds its inputs."""
+    sample is drawn when the case builds its inputs.
+
+    :raises KeyError: the entry lacks a field of :func:`entry`."""
     opinfos()  # op_db imported while the case file loads, not inside the first case (isolation)
     grads = set(entry["grad_inputs"])
     inputs: List[Any] = []
@@ -730,7 +736,7 @@ def materialize(entry: Dict[str, Any], manifest: Dict[str, Any]) -> OpShardCase:
         placements=[tuple(parse_placement(p) for p in per) for per in entry["placements"]],
         mesh_shape=tuple(entry["mesh_shape"]), tags=tuple(entry["tags"]),
         compare=compare_of(entry["out_dtypes"], entry["nonfinite"], entry["random"], entry["dtypes"]),
-        compare_outputs=tuple(entry["outputs"]), known_failure=None if known is None else KnownFailure(**known))
+        compare_outputs=tuple(entry["outputs"]), known_failure=None if known is None else KnownFailure.from_json(known))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -738,7 +744,8 @@ def materialize(entry: Dict[str, Any], manifest: Dict[str, Any]) -> OpShardCase:
 
 
 def entry_name(e: Dict[str, Any]) -> str:
-    """The case name an entry's fields give (as :attr:`Planned.name`)."""
+    """The case name an entry's fields give: ``<op>.<dtype>.s<sample>.m<mesh>.<placements>``, then
+    ``.inplace``/``.out`` for a variant and ``.bwd`` with backward (``add.float32.s0.m2x2.S0Psum_RR``)."""
     mesh = "x".join(map(str, e["mesh_shape"]))
     variant = e.get("variant", "")
     return (f"{e['op']}.{e['dtype']}.s{e['sample']}.m{mesh}.{placement_label(e['placements'])}"
@@ -773,6 +780,7 @@ def simpler(e: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
     if e["grad_inputs"]:
         out.append(("no backward", _renamed(e, grad_inputs=[])))
     size = sum(int(np.prod(s)) for s in e["shapes"])
+    sample_of(e)  # the OpInfo and the sample still exist (else: the message naming the command to rerun)
     op = opinfos()[e["op"]]
     smaller = []
     for index, sample in enumerate(samples(e["op"], e["dtype"])):
@@ -781,16 +789,27 @@ def simpler(e: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
             continue
         if sum(t.numel() for t in ts) >= size:
             continue
-        facts, _ = sample_facts(op, e["op"], e["dtype"], index, sample, {a: "" for a in e["aten"]})
+        facts, _ = sample_facts(op, e["op"], e["dtype"], index, sample, _rules())
         if facts is None:
             continue
         smaller.append((sum(t.numel() for t in ts), index, facts))
+    variant = e.get("variant", "")
     for _, index, f in sorted(smaller, key=lambda x: x[:2]):
+        if variant and variant not in f.variants:
+            continue  # this sample has no such overload call
         grads = f.grad_inputs if e["grad_inputs"] else []
         out.append((f"sample {index}", _renamed(
             e, sample=index, sig=f.sig, shapes=f.shapes, dtypes=f.dtypes, outputs=f.outputs, out_dtypes=f.out_dtypes,
-            grad_inputs=grads, nonfinite=f.nonfinite, random=f.random, inplace=f.inplace)))
+            grad_inputs=grads, nonfinite=f.nonfinite, random=f.random, aten=f.aten,
+            inplace=[0] if variant == "inplace" else f.inplace)))
     return [(what, x) for what, x in out if _valid(x)]
+
+
+@functools.lru_cache(maxsize=1)
+def _rules() -> Dict[str, str]:
+    from .torch_rules import registered_rules
+
+    return registered_rules()
 
 
 def _valid(e: Dict[str, Any]) -> bool:

@@ -209,9 +209,10 @@ def unexercised_reason(op: str, by_opinfo: Mapping[str, Set[str]]) -> str:
     In order: an OpInfo dispatches it but no case of this run reached its rule on DTensors
     (DTensor decomposed or rewrote the call, the cases stopped before it, or they were not
     selected); a ``_foreach_`` list op (torch's ``foreach_op_db``, which the generator does not
-    read); an ``out=`` overload (DTensor runs the functional op; no case passes ``out=``); an
-    in-place overload (no sample of an OpInfo calls it); a backward op (reached only from a
-    backward case over that forward); else no OpInfo's CPU samples dispatch it."""
+    read); an ``out=`` or in-place overload that no case reached (the generator calls them only
+    where the OpInfo has the variant and it gives the functional result on one device); a
+    backward op (reached only from a backward case over that forward); else no OpInfo's CPU
+    samples dispatch it."""
     name = op.split(".")[1] if op.count(".") >= 2 else op
     overload = op.rsplit(".", 1)[-1]
     if op in by_opinfo:
@@ -219,9 +220,9 @@ def unexercised_reason(op: str, by_opinfo: Mapping[str, Set[str]]) -> str:
     if name.startswith("_foreach_"):
         return "a _foreach_ list op: torch's foreach_op_db, which the generator does not read"
     if overload == "out" or overload.endswith("_out") or overload.startswith("out"):
-        return "an out= overload: no case passes out="
+        return "an out= overload no case reached"
     if name.endswith("_") and not name.endswith("__"):
-        return "an in-place overload no OpInfo sample calls"
+        return "an in-place overload no case reached"
     if "backward" in name:
         return "a backward op no backward case reached"
     return "no OpInfo's CPU samples dispatch it"
@@ -278,7 +279,9 @@ def format_table(families: Sequence[FamilyCoverage], ops: Mapping[str, OpCoverag
         reasons: Dict[str, List[str]] = {}
         for f in families:
             for op in f.uncovered:
-                reasons.setdefault(unexercised_reason(op, by_opinfo).split(" by OpInfo ")[0], []).append(op)
+                why = unexercised_reason(op, by_opinfo)
+                group = "dispatched on plain tensors by an OpInfo, not reached on DTensors" if op in by_opinfo else why
+                reasons.setdefault(group, []).append(op)
         lines.append(f"not exercised, by reason ({sum(map(len, reasons.values()))} operators, each with one):")
         for why, members in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
             head = members if full else members[:show]

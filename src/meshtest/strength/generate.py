@@ -18,7 +18,7 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from ..model.generated import FORMAT, GENERATORS, write_manifest
+from ..model.generated import FORMAT, GENERATORS, manifest_text
 
 #: The command that writes them (recorded in each manifest).
 COMMAND = "python -m meshtest generate opinfo"
@@ -45,6 +45,7 @@ def manifests(only: Optional[Sequence[str]] = None, nightly: bool = False, known
 
     :param only: OpInfo keys to generate (default: all).
     :param known: triage table (:func:`meshtest.strength.triage.load_known`) applied to the entries.
+    :raises ValueError: a rule of ``known`` names a case no longer generated.
     """
     import torch
 
@@ -66,7 +67,7 @@ def manifests(only: Optional[Sequence[str]] = None, nightly: bool = False, known
         for stem, cases in parts:
             doc = {"format": FORMAT, "generator": mod.GENERATOR, "family": family, "written_by": COMMAND,
                    "platform_version": torch.__version__, "cases": cases}
-            out[f"manifest_{stem}.json"] = _manifest_text(doc)
+            out[f"manifest_{stem}.json"] = manifest_text(doc)
             out[f"case_opinfo_{stem}.py"] = _CASE_FILE.format(family=family, stem=stem, command=COMMAND)
     if not nightly:
         out["skipped.json"] = json.dumps(dict(sorted(found.skipped.items())), indent=1) + "\n"
@@ -89,16 +90,6 @@ def _parts(entries: List[Dict[str, Any]]) -> List[List[Dict[str, Any]]]:
     return parts + ([current] if current else [])
 
 
-def _manifest_text(doc: Dict[str, Any]) -> str:
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "m.json")
-        write_manifest(path, doc)
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-
-
 def differences(out_dir: str, files: Dict[str, str], partial: bool = False) -> Tuple[List[str], List[str]]:
     """(files whose text on disk differs from ``files`` or is missing, generated files on disk
     that ``files`` no longer has); ``partial``: ``files`` is a subset (``--op``, nightly), so
@@ -118,9 +109,19 @@ def differences(out_dir: str, files: Dict[str, str], partial: bool = False) -> T
     return changed, stale
 
 
-def cmd_generate(out_dir: str, only: Sequence[str], nightly: bool, check: bool, stream: TextIO = sys.stdout) -> int:
-    """Write the files into ``out_dir`` (``check``: compare instead; exit 1 on a difference)."""
+def cmd_generate(out_dir: str, only: Sequence[str], nightly: bool, check: bool, stream: TextIO = sys.stdout,
+                 default_dir: bool = False) -> int:
+    """Write the files into ``out_dir`` (``check``: compare instead; exit 1 on a difference).
+    Returns the exit code.
+
+    :raises ValueError: ``only`` or ``nightly`` into the committed directory (``default_dir``:
+        ``--out`` not given, not ``check``) — a subset there would replace the committed
+        manifests —, or a bad ``known_failures.json`` (:func:`meshtest.strength.triage.load_known`)."""
     from .triage import load_known
+
+    if (only or nightly) and default_dir and not check:
+        raise ValueError("--op and --nightly write a subset or an uncommitted set: give --out DIR (the committed "
+                         f"manifests in {out_dir} are written only whole)")
 
     files = manifests(only or None, nightly, load_known(os.path.join(out_dir, "known_failures.json")))
     changed, stale = differences(out_dir, files, partial=bool(only) or nightly)

@@ -325,9 +325,9 @@ def format_matrix(results: Sequence[MutantResult], gate_scores: Mapping[str, Tup
 
 
 def format_by_origin(by_fault: Mapping[str, Mapping[str, Tuple[int, int]]], what: Mapping[str, str]) -> List[str]:
-    """The score of each fault for the generated and the hand-written cases apart: ``by_fault``
-    is fault → origin → (killed, proven) (:func:`scores` over that fault's mutants, the origins as
-    gates); ``what`` fault → its description (the layer it lives in)."""
+    """Report lines: the score of each fault for the generated and the hand-written cases apart.
+    ``by_fault`` is fault → origin → (killed, proven) (:func:`scores` over that fault's mutants,
+    the origins as gates); ``what`` fault → its description (the layer it lives in)."""
     origins = sorted({o for scores_ in by_fault.values() for o in scores_})
     lines = ["mutation score by fault and origin (killed/proven over the operators each origin's cases dispatch):"]
     width = max((len(f) for f in by_fault), default=0)

@@ -14,7 +14,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..model.generated import OPINFO_DIR, manifest_named_by
+from ..model.generated import OPINFO_DIR
+from ..model.scan import generated_manifest
 from ..parent.planner import select_cases
 from ..parent.runner import RunOptions, RunResult, run, scan_files
 from . import coverage, mutate
@@ -79,9 +80,10 @@ def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
         return 2
     ops = coverage.by_operator(calls)
     families = coverage.by_family(ops, load_backend(platform).sharding_rules())
-    manifests = sorted(glob.glob(os.path.join(OPINFO_DIR, "manifest_*.json")))
-    print("\n".join(coverage.format_table(families, ops, full=full,
-                                           by_opinfo=coverage.dispatched_by_opinfo(manifests))))
+    # the reasons for what is not exercised come from torch's OpInfo manifests: torch only
+    by_opinfo = (coverage.dispatched_by_opinfo(sorted(glob.glob(os.path.join(OPINFO_DIR, "manifest_*.json"))))
+                 if platform == "torch" else None)
+    print("\n".join(coverage.format_table(families, ops, full=full, by_opinfo=by_opinfo)))
     os.makedirs(artifacts_dir, exist_ok=True)
     coverage.write_html(os.path.join(artifacts_dir, "ops-coverage.html"), families, ops)
     current = coverage.baseline_of(ops)
@@ -177,7 +179,7 @@ def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, pl
                 if g in whole:
                     ops_of_gate.setdefault(g, set()).add(op)
     gate_scores = mutate.scores(todo, gates, ops_of_gate)
-    origins = {k: (ORIGINS[manifest_named_by(c.file) is None],) for k, c in by_key.items()}
+    origins = {k: (ORIGINS[generated_manifest(c.file) is None],) for k, c in by_key.items()}
     ops_of_origin: Dict[str, set] = {}
     for op, cov in ops.items():
         for k in cov.cases:

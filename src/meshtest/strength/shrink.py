@@ -24,8 +24,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from ..model.generated import GENERATORS, manifest_named_by, read_manifest
-from ..model.rules import normalised_dim_names
+from ..model.generated import GENERATORS, read_manifest
+from ..model.rules import normalised_dim_names, world_size
+from ..model.scan import generated_manifest
 from ..platforms.backend import load_backend
 from ..rank import pipeline
 from ..rank.entry import case_seed
@@ -46,6 +47,8 @@ class Shrunk:
     steps: List[str] = field(default_factory=list)
     runs: int = 0
     message: str = ""
+    #: the search stopped at :data:`MAX_RUNS` runs: ``minimal`` may not be 1-minimal
+    capped: bool = False
 
 
 def failure_kind(status: str, error: str) -> str:
@@ -71,9 +74,7 @@ class _Runner:
         self.runs += 1
         case = self.generator.materialize({**entry, "known_failure": None}, self.doc).validated("<shrink>")
         shape = tuple(entry["mesh_shape"])
-        world = 1
-        for n in shape:
-            world *= n
+        world = world_size(shape)
         if self.backend.world_size() != world:
             self.backend.set_world(world)
         mesh = self.backend.make_mesh(shape, normalised_dim_names(len(shape)))
@@ -113,6 +114,7 @@ def shrink(entry: Dict[str, Any], doc: Dict[str, Any], runner: Optional[_Runner]
                 if runner.runs >= MAX_RUNS:
                     break
         found.runs = runner.runs
+        found.capped = runner.runs >= MAX_RUNS
         return found
     finally:
         if own:
@@ -125,7 +127,7 @@ def find_entry(spec: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     :raises ValueError: not a generated case file, or no such case in it.
     """
     path, _, name = spec.partition("::")
-    manifest = manifest_named_by(path)
+    manifest = generated_manifest(path)
     if manifest is None:
         raise ValueError(f"{path} is not a case file of generated cases (register_generated(manifest=...))")
     doc = read_manifest(path, manifest)
@@ -138,7 +140,8 @@ def find_entry(spec: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
 def report(found: Shrunk, stream: TextIO) -> None:
     """Print the minimal case, how it was reached and its failure's first line."""
     first = found.message.splitlines()[0] if found.message else ""
-    print(f"minimal: {found.minimal['name']}  (from {found.original['name']}; {found.runs} run(s))", file=stream)
+    cap = f"; stopped at {MAX_RUNS} runs, may shrink further" if found.capped else ""
+    print(f"minimal: {found.minimal['name']}  (from {found.original['name']}; {found.runs} run(s){cap})", file=stream)
     print(f"  fails: {found.signature[1]} at step {found.signature[0]}: {first[:240]}", file=stream)
     if found.steps:
         print(f"  steps: {'; '.join(found.steps)}", file=stream)
@@ -148,7 +151,11 @@ def report(found: Shrunk, stream: TextIO) -> None:
 
 
 def cmd_shrink(specs: Sequence[str], out: str, stream: TextIO = sys.stdout) -> int:
-    """Shrink each ``FILE::CASE``; write ``out`` (JSON: original and minimal entries) when given."""
+    """Shrink each ``FILE::CASE``; write ``out`` (JSON: original and minimal entries) when given.
+    Returns 0.
+
+    :raises ValueError: see :func:`find_entry` and :func:`shrink`.
+    :raises meshtest.errors.CaseDeclarationError: an unreadable manifest."""
     done = []
     for spec in specs:
         entry, doc = find_entry(spec)

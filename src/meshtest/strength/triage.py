@@ -16,8 +16,9 @@ with one example case and its message.
 ``names`` are fnmatch patterns on case names; the first rule naming an entry gives it its
 ``known_failure`` (:func:`apply`), so the manifest — and with it the static scan — carries the
 mark like a hand-written case's. Every mark is then judged strictly (:mod:`meshtest.model.known`):
-a case that fails another way is ``fail``, one that passes ``xpass``; a rule that names no case
-is an error of :func:`apply` (a rule outliving its cases).
+a case that fails another way is ``fail``, one that passes ``xpass``; a pattern that gives no
+entry its mark (it names no case, or only cases an earlier rule already marked) is an error of
+:func:`apply` (a rule outliving its cases).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import os
 from collections import OrderedDict
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
+from ..errors import CaseDeclarationError
 from ..model.known import KnownFailure
 
 _RULE_KEYS = ("names", "known_failure")
@@ -49,7 +51,10 @@ def load_known(path: str) -> List[Dict[str, Any]]:
         if keys != set(_RULE_KEYS) or not isinstance(rule["names"], list) or not rule["names"]:
             raise ValueError(f"{path}: rule {i} must have exactly names (a non-empty list) and known_failure; "
                              f"got {rule!r}")
-        KnownFailure(**rule["known_failure"]).validated(path, f"rule {i}")
+        try:
+            KnownFailure.from_json(rule["known_failure"]).validated(path, f"rule {i}")
+        except (TypeError, CaseDeclarationError) as e:
+            raise ValueError(f"{path}: rule {i}: {e}") from None
     return table
 
 
@@ -92,7 +97,8 @@ def signature(outcome: Dict[str, Any], kinds: Dict[str, Tuple[str, str]]) -> Tup
 
 def groups(outcomes: Sequence[Dict[str, Any]], kinds: Dict[str, Tuple[str, str]]
            ) -> "OrderedDict[Tuple[str, str, str, str], List[Dict[str, Any]]]":
-    """Failing outcomes (fail, error, crash, timeout, xpass) by signature, largest group first."""
+    """Failing outcomes (every status but pass, xfail, unsupported and not run: fail, error,
+    crash, timeout, xpass, missing ...) by signature, largest group first."""
     found: Dict[Tuple[str, str, str, str], List[Dict[str, Any]]] = {}
     for o in outcomes:
         if o["status"] in ("pass", "xfail", "unsupported", "not_run"):
@@ -136,8 +142,8 @@ def cmd_triage(results: Sequence[str], manifest_dir: str, stream: Any, shrink: b
 
             try:
                 report(shrink_entry(*find_entry(f"{members[0]['file']}::{members[0]['case']}")), _Indented(stream))
-            except ValueError as e:
-                print(f"       not shrunk: {e}", file=stream)
+            except Exception as e:  # noqa: BLE001 — one group's shrink failing says so; the others go on
+                print(f"       not shrunk: {type(e).__name__}: {e}", file=stream)
     return 1 if found else 0
 
 
