@@ -425,6 +425,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except ValueError as e:
             print(f"meshtest: {e}", file=sys.stderr)
             return 2
+        except BrokenPipeError:  # `... triage | head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
     if args.command == "shrink":
         from .strength.shrink import cmd_shrink  # pants: no-infer-dep (torch's; one target holds the package)
 
