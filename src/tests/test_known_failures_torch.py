@@ -55,7 +55,7 @@ def test_a_crash_leads_with_the_dead_ranks_own_native_error(known_run):
     assert all(f["error"].startswith(f"after rank {declared[0]['rank']} died: ") for f in declared[1:])
     other = results["kf_other_crash"]["failures"]
     assert other[0]["rank"] is None and other[0]["error"].startswith(
-        "expected crash at step gather matching /NCCL watchdog timeout/; got rank ")
+        "expected crash at step run matching /NCCL watchdog timeout/; got rank ")
 
 
 def test_junit_writes_xfail_as_pytest_does(known_run):

@@ -270,6 +270,15 @@ class ShardBackend(ABC):
         process returns one entry per simulated rank, so each rank's result is compared."""
         return {self.rank(): self.to_numpy(tensor)}
 
+    def metadata_by_rank(self, tensor: Any) -> Optional[Dict[int, Tuple[Any, ...]]]:
+        """Collective over the launch: the global metadata of a distributed output — ``(global
+        shape, stride, placements as text)`` — as every rank holds it, ``{rank: metadata}``;
+        ``None`` for a plain tensor, or when the platform cannot tell (default). Compared before
+        the gather (step ``output-metadata``): ranks whose DTensors disagree on the global shape
+        would otherwise meet in a gather whose sizes differ, which aborts a rank inside the
+        collective library (gloo's size check) instead of failing the case."""
+        return None
+
     def placements_of(self, tensor: Any) -> Optional[Tuple[Placement, ...]]:
         """The placements of a distributed tensor as meshtest placements, or ``None`` for a
         plain tensor (checked against a case's ``output_placements`` / ``grad_placements``).

@@ -63,6 +63,13 @@ def _flat_optim():
     return StateDictOptions(flatten_optimizer_state_dict=True)
 
 
+def _metadata(tensor: Any, value: Callable[[Any], Any] = int) -> Tuple[Any, ...]:
+    """A DTensor's global metadata as plain values: ``(shape, stride, placements)`` (``value``
+    reads one size: a simulated rank's entry of a per-rank size)."""
+    return (tuple(value(d) for d in tensor.shape), tuple(value(d) for d in tensor.stride()),
+            tuple(str(p) for p in tensor.placements))
+
+
 def to_torch_placement(p: Placement):
     """meshtest placement → ``torch.distributed.tensor`` placement."""
     if isinstance(p, StridedShard):
@@ -315,6 +322,16 @@ class TorchGlooBackend(ShardBackend):
 
     def placements_of(self, tensor: Any) -> Optional[Tuple[Placement, ...]]:
         return tuple(from_torch_placement(p) for p in tensor.placements) if isinstance(tensor, DTensor) else None
+
+    def metadata_by_rank(self, tensor: Any) -> Optional[Dict[int, Tuple[Any, ...]]]:
+        """``dist.all_gather_object`` of this rank's ``(shape, stride, placements)`` over the launch
+        (every rank of a launch runs every case)."""
+        if not isinstance(tensor, DTensor):
+            return None
+        mine = _metadata(tensor)
+        every: List[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(every, mine)
+        return dict(enumerate(every))
 
     def library_paths(self) -> Tuple[str, ...]:
         return (os.path.dirname(torch.__file__),)

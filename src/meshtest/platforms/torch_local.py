@@ -20,16 +20,16 @@ cases whose verdicts differ between the two lanes, each with its reason.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed._local_tensor import LocalIntNode, LocalTensor, LocalTensorMode, maybe_disable_local_tensor_mode
-from torch.distributed.tensor import distribute_tensor
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from ..model.placement import Partial, Placement
-from .torch_gloo import TorchGlooBackend, check_local_shape, dtensor_from_local, to_torch_placement
+from .torch_gloo import TorchGlooBackend, _metadata, check_local_shape, dtensor_from_local, to_torch_placement
 
 
 def _rank_value(value: Any, rank: int) -> Any:
@@ -129,6 +129,13 @@ class TorchLocalBackend(TorchGlooBackend):
 
     def any_rank(self, flag: bool) -> bool:
         return bool(flag)
+
+    def metadata_by_rank(self, tensor: Any) -> Optional[Dict[int, Tuple[Any, ...]]]:
+        """Each simulated rank's view of the global metadata (a size that differs by rank is a
+        per-rank integer under ``LocalTensorMode``)."""
+        if not isinstance(tensor, DTensor):
+            return None
+        return {r: _metadata(tensor, lambda d, r=r: int(_rank_value(d, r))) for r in self.ranks()}
 
     def recover_after_failure(self, timeout_s: float) -> bool:
         return True

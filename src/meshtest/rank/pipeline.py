@@ -1,9 +1,10 @@
 """The per-case pipeline on one rank, free of process concerns (seed 000 §3.3, §8.7).
 
-An op case runs ``build → (derive) → reference → distribute → run → placement → gather →
-compare``, then ``backward`` when an input ``requires_grad``; a scenario runs its function after
-the platform-feature check. Both return a :class:`StepResult`; neither raises for a case's own
-failure, so the harness (:mod:`meshtest.rank.entry`) runs the next case whatever happened.
+An op case runs ``build → (derive) → reference → distribute → run → placement →
+output-metadata → gather → compare``, then ``backward`` when an input ``requires_grad``; a
+scenario runs its function after the platform-feature check. Both return a
+:class:`StepResult`; neither raises for a case's own failure, so the harness
+(:mod:`meshtest.rank.entry`) runs the next case whatever happened.
 
 How an exception becomes a status (:func:`_from_exception`):
 
@@ -22,7 +23,7 @@ import logging
 import os
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -177,8 +178,11 @@ def _op_pipeline(case: OpShardCase, backend: ShardBackend, mesh: Any, steps: _St
     if case.output_placements is not None:
         steps.enter("placement")
         _check_placements(backend, case.output_placements, actual, "output")
+    selected = _select(actual, case)
+    steps.enter("output-metadata")
+    _check_output_metadata(backend, selected)
     steps.enter("gather")
-    gathered = [(i, backend.local_to_global(o)) for i, o in _select(actual, case)]
+    gathered = [(i, backend.local_to_global(o)) for i, o in selected]
     steps.enter("compare")
     for i, g in gathered:
         if not backend.is_tensor(expected[i]) or not backend.is_tensor(g):
@@ -278,6 +282,25 @@ def _select(outs: Tuple[Any, ...], case: OpShardCase) -> List[Tuple[int, Any]]:
             "output(s)"
         )
     return [(i, outs[i]) for i in idx]
+
+
+def _check_output_metadata(backend: ShardBackend, outputs: Sequence[Tuple[int, Any]]) -> None:
+    """Every rank's DTensor of each output has the same global shape, stride and placements
+    (:meth:`ShardBackend.metadata_by_rank`), before any rank enters the gather.
+
+    :raises CompareError: they differ; the message gives each rank's value (ranks that agree grouped).
+    """
+    for i, out in outputs:
+        by_rank = backend.metadata_by_rank(out)
+        if not by_rank or len(set(by_rank.values())) <= 1:
+            continue
+        groups: Dict[Any, List[int]] = {}
+        for r, meta in sorted(by_rank.items()):
+            groups.setdefault(meta, []).append(r)
+        told = "; ".join(f"rank(s) {','.join(map(str, ranks))}: shape {list(m[0])} stride {list(m[1])} "
+                         f"placements ({', '.join(m[2])})" for m, ranks in groups.items())
+        raise CompareError(f"output[{i}]: the ranks' DTensors disagree on its global metadata, so gathering it "
+                           f"would pair collectives of different sizes: {told}")
 
 
 def _compare(backend: ShardBackend, expected: Any, actual: Any, spec, label: str) -> None:
