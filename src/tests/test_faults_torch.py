@@ -84,8 +84,8 @@ def test_import_error_names_the_file_and_fails_only_its_own_cases(fault_run):
 def test_hang_names_the_rank_and_step_and_dumps_its_stack(fault_run):
     _, proc, out, results = fault_run
     hang = _by_rank(results["fault_hang_loop"])
-    # rank 1 loops inside fn; rank 0 waits for it in the gather's collective.
-    assert (hang[0]["step"], hang[1]["step"]) == ("gather", "run")
+    # rank 1 loops inside fn; rank 0 waits for it in the first collective after run (output metadata).
+    assert (hang[0]["step"], hang[1]["step"]) == ("output-metadata", "run")
     assert "TIMEOUT fault_hang_loop" in proc.stdout and "rank(s) 1: timeout at step run" in proc.stdout
     launch = results["fault_hang_loop"]["launch_dir"]
     assert "loop_on_rank1" in (out / "ranks" / launch / "rank1.log").read_text()  # the stack dump at the deadline
@@ -225,7 +225,7 @@ def test_html_report_shows_failing_ranks_and_links_resolve(fault_run):
     assert "crash @ compute" in text and "the rank died (exit 7)" in text
     assert any(f"{results['fault_exit']['launch_dir']}/rank1.log" in href for href in links)
     text, links = report.rows["fault_hang_loop"]
-    assert "timeout @ gather" in text and "timeout @ run" in text
+    assert "timeout @ output-metadata" in text and "timeout @ run" in text
     all_links = [href for _, hrefs in report.rows.values() for href in hrefs]
     assert len(all_links) == len(results) * 2 * 2  # cases x 2 ranks x (log, jsonl)
     assert all((out / href).is_file() for href in all_links)

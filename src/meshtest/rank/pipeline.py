@@ -132,13 +132,29 @@ def run(case: Any, backend: ShardBackend, mesh: Any, on_step: OnStep = None, pha
     return run_case(case, backend, mesh, on_step)
 
 
-class _Steps:
-    """The step a case is in: logged (so a hang's rank log shows it) and reported to ``on_step``."""
+class _PassedExpectedStep(Exception):
+    """Raised by :meth:`_Steps.enter` when an ``expect_raises`` case leaves the step the
+    exception was expected in: the verdict (fail) is known, and the later steps hold
+    collectives that a rank which did raise never enters."""
 
-    def __init__(self, case: str, on_step: OnStep) -> None:
-        self.case, self.on_step, self.current = case, on_step, "build"
+
+class _Steps:
+    """The step a case is in: logged (so a hang's rank log shows it) and reported to ``on_step``.
+
+    :param stop_after: the step an expected exception belongs to; entering any other step
+        after it (``placement``, a local check between two steps, aside) raises
+        :class:`_PassedExpectedStep`.
+    """
+
+    def __init__(self, case: str, on_step: OnStep, stop_after: Optional[str] = None) -> None:
+        self.case, self.on_step, self.current, self.stop_after = case, on_step, "build", stop_after
+        self._reached = False
 
     def enter(self, name: str) -> None:
+        if self.stop_after is not None:
+            if self._reached and name not in (self.stop_after, "placement"):
+                raise _PassedExpectedStep()
+            self._reached = self._reached or name == self.stop_after
         self.current = name
         log.info("case %s: step %s", self.case, name)
         if self.on_step is not None:
@@ -147,9 +163,12 @@ class _Steps:
 
 def run_case(case: OpShardCase, backend: ShardBackend, mesh: Any, on_step: OnStep = None) -> StepResult:
     """Run one op case's pipeline on this rank (statuses: see the module docstring)."""
-    steps = _Steps(case.name, on_step)
+    expect = case.expect_raises
+    steps = _Steps(case.name, on_step, (expect.step or "run") if expect is not None else None)
     try:
         _op_pipeline(case, backend, mesh, steps)
+    except _PassedExpectedStep:
+        pass
     except Exception as e:  # a case's own error must not stop the others
         return _from_exception(e, steps.current, backend, case.expect_raises, "run")
     except SystemExit as e:
