@@ -1,6 +1,7 @@
 """The generated cases on torch: the committed manifests are exactly what the generator writes
 for the locked torch (CI's regeneration check), a drifted sample fails naming the command that
-regenerates, and a Partial input's per-rank parts are distinct and assemble to the sample."""
+regenerates, a sample is named alike on another CPU, and a Partial input's per-rank parts are
+distinct and assemble to the sample."""
 from __future__ import annotations
 
 import json
@@ -45,6 +46,39 @@ def test_a_sample_that_drifted_from_the_manifest_names_the_command_that_regenera
     entry["sig"] = "float32[9]|00000000|00000000"
     with pytest.raises(RuntimeError, match="regenerate with python -m meshtest generate opinfo"):
         torch_opinfo.sample_of(entry)
+
+
+def test_a_sample_signature_ignores_the_last_bits_of_floats_and_names_everything_else():
+    """Another CPU computes a sample's floats differently in the last bits (``ctc_loss``'s
+    ``log_softmax``, the linalg factorizations): the signature, and so the sample's index and the
+    case names, must not move with them; a shape, an integer tensor or an argument must."""
+    import torch
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    x, idx = torch.randn(4, 3), torch.tensor([2, 0, 1])
+    base = torch_opinfo.signature(SampleInput(x, args=(idx,), kwargs={"dim": 1}))
+    nudged = torch.nextafter(x, torch.full_like(x, float("inf")))  # one ulp up, every element
+    assert torch_opinfo.signature(SampleInput(nudged, args=(idx,), kwargs={"dim": 1})) == base
+    assert torch_opinfo.signature(SampleInput(x[:3], args=(idx,), kwargs={"dim": 1})) != base
+    assert torch_opinfo.signature(SampleInput(x, args=(idx.flip(0),), kwargs={"dim": 1})) != base
+    assert torch_opinfo.signature(SampleInput(x, args=(idx,), kwargs={"dim": 0})) != base
+
+
+def test_samples_are_named_alike_under_another_cpu_instruction_set():
+    """The samples whose floats differ between AVX2 and AVX-512 (measured: linalg.inv's sample 4,
+    cholesky_solve's sample 6) keep their signatures and order in a process that runs torch's
+    AVX2 kernels (``ATEN_CPU_CAPABILITY=avx2``; on a machine without AVX-512 both are AVX2)."""
+    import subprocess
+    import sys
+
+    ops = [("linalg.inv", "float32"), ("cholesky_solve", "float32"), ("nn.functional.ctc_loss", "float32")]
+    script = ("import json,sys; from meshtest.platforms import torch_opinfo as t; "
+              f"print(json.dumps([[t.signature(s) for s in t.samples(k, d)] for k, d in {ops!r}]))")
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    there = json.loads(out.stdout.strip().splitlines()[-1])
+    here = [[torch_opinfo.signature(s) for s in torch_opinfo.samples(k, d)] for k, d in ops]
+    assert there == here
 
 
 @pytest.mark.parametrize("op", ["sum", "avg", "max", "min"])
