@@ -37,7 +37,7 @@ BROKEN = {  # file stem: (body, words the report must contain)
     "wrong_data_shape": (HEAD + _case("wd1", inputs="[InputSpec((4, 4), data=np.zeros((3, 4)))]"),
                          ["case 'wd1'", "rule input-data", "(3, 4)"]),
     "compare_outputs_range": (HEAD + _case("co1", extra=", compare_outputs=(0, 3)"),
-                              ["co1", "step gather", "compare_outputs (0, 3) out of range"]),
+                              ["co1", "step run", "compare_outputs (0, 3) out of range"]),
     "non_tensor_output": (HEAD + _case("nt1", fn="three"), ["nt1", "step reference", "returned int, not a tensor"]),
 }
 

@@ -86,7 +86,7 @@ def test_compare_outputs_out_of_range_names_the_case():
     def two(x, y):
         return (x + y, x)
     status, step, err = triple(run_case(_case(two, compare_outputs=(0, 2)), NumpyBackend(), None))
-    assert (status, step) == ("error", "gather")
+    assert (status, step) == ("error", "run")
     assert "case 'c': compare_outputs (0, 2) out of range: fn returned 2 output(s)" in err
 
 

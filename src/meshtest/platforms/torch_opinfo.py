@@ -245,7 +245,7 @@ class SampleFacts:
     grad_inputs: List[int] = field(default_factory=list)  # tensors that got a gradient
     aten: List[str] = field(default_factory=list)  # operators with a registered rule it dispatched
     nonfinite: bool = False  # the op's output holds NaN/Inf for this sample (compared NaN for NaN)
-    random: bool = False  # runs from two seeds differ (a random op, uninitialised memory)
+    random: bool = False  # runs from two seeds differ, or with filled memory (a random op, uninitialised memory)
     inplace: List[int] = field(default_factory=list)  # tensors the op writes into (version counter bumped)
     variants: List[str] = field(default_factory=list)  # "inplace", "out": what else gives the same result here
 
@@ -298,7 +298,10 @@ def sample_facts(op: Any, key: str, dtype: str, index: int, sample: Any,
             with rec:
                 out = call(op, sample, first)
             torch.manual_seed(SAMPLE_SEED + 1)  # another seed: a random op's values change with it
-            again = call(op, sample, second)
+            with _AtenOps():  # the same dispatch path as the first call (a mode can change the kernel)
+                again = call(op, sample, second)
+            torch.manual_seed(SAMPLE_SEED)
+            filled = _with_filled_memory(op, sample, ts)
     except Exception as e:  # the op rejects the sample on one device: nothing to compare with
         return None, f"raises on one device: {type(e).__name__}"
     outs = _outputs(out)
@@ -307,7 +310,9 @@ def sample_facts(op: Any, key: str, dtype: str, index: int, sample: Any,
     if any(o.dtype not in DTYPE_NAMES or o.layout != torch.strided for _, o in outs):
         return None, "an output of an unsupported dtype or layout"
     aten = [a for a in rec.ops if a in rules]
-    random_ = not all(_same(o, a) for (_, o), (_, a) in zip(outs, _outputs(again) or []))
+    random_ = not all(_close(o, a) for (_, o), (_, a) in zip(outs, _outputs(again) or []))
+    random_ = random_ or filled is not None and not all(
+        _close(o, a) for (_, o), (_, a) in zip(outs, _outputs(filled) or []))
     nonfinite = not random_ and any(o.is_floating_point() and not bool(torch.isfinite(o).all()) for _, o in outs)
     facts = SampleFacts(index, signature(sample), [list(t.shape) for t in ts], [DTYPE_NAMES[t.dtype] for t in ts],
                         [i for i, _ in outs], [DTYPE_NAMES[o.dtype] for _, o in outs], aten=aten,
@@ -320,6 +325,28 @@ def sample_facts(op: Any, key: str, dtype: str, index: int, sample: Any,
     return facts, ""
 
 
+def _with_filled_memory(op: Any, sample: Any, ts: Sequence[torch.Tensor]) -> Any:
+    """``op`` on ``sample`` with uninitialised memory filled (``torch.use_deterministic_algorithms``
+    with ``torch.utils.deterministic.fill_uninitialized_memory``: NaN, or an integer dtype's
+    largest value), or ``None`` where that mode refuses the op. An op whose result is the memory
+    it allocates (``new_empty``, ``empty_like``) returns those fills here and garbage otherwise —
+    sometimes the same garbage twice, which is why comparing two plain calls cannot tell."""
+    import torch.utils.deterministic as deterministic
+
+    was, was_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    was_fill = deterministic.fill_uninitialized_memory
+    try:
+        torch.use_deterministic_algorithms(True)
+        deterministic.fill_uninitialized_memory = True
+        with _AtenOps():
+            return call(op, sample, [t.detach().clone() for t in ts])
+    except Exception:  # noqa: BLE001 — no deterministic kernel for the op: the check does not apply
+        return None
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=was_warn)
+        deterministic.fill_uninitialized_memory = was_fill
+
+
 def _variant_agrees(op: Any, sample: Any, ts: Sequence[torch.Tensor], variant: str, out: torch.Tensor) -> bool:
     """Whether calling ``op`` as ``variant`` gives the functional result (an in-place variant
     exists and the result's dtype allows it; the op takes ``out=``)."""
@@ -330,13 +357,31 @@ def _variant_agrees(op: Any, sample: Any, ts: Sequence[torch.Tensor], variant: s
             got = call(op, sample, [t.detach().clone() for t in ts], variant)
     except Exception:  # noqa: BLE001 — the variant refuses this sample (dtype promotion, a view input)
         return False
-    return isinstance(got, torch.Tensor) and got.dtype == out.dtype and _same(got, out)
+    return isinstance(got, torch.Tensor) and got.dtype == out.dtype and _close(got, out)
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bit for bit, NaN equal to NaN."""
-    return a.shape == b.shape and (torch.equal(a, b) or a.is_floating_point()
-                                   and bool(torch.isclose(a, b, rtol=0, atol=0, equal_nan=True).all()))
+#: How far two calls of one op on one sample may differ and still be "the same result"
+#: (relative, absolute; NaN equal to NaN): a deterministic kernel can round differently in the
+#: last bits from call to call — a matmul's blocking follows its buffers' alignment, a LAPACK
+#: routine its workspace — so a bitwise test called ``__rmatmul__``, ``linalg.cond`` and
+#: ``linalg.svdvals`` random in one process and not in the next; a random op (``rand_like``,
+#: ``dropout``) or uninitialised memory (``empty_like``) differs in every place by far more.
+SAME_RESULT_TOLERANCE = (1e-5, 1e-6)
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` are one op's result twice (:data:`SAME_RESULT_TOLERANCE`, the
+    relative one at least two ulps of the dtype): equal shapes, and equal values or, for
+    floating-point and complex tensors, values within it."""
+    if a.shape != b.shape:
+        return False
+    if torch.equal(a, b):
+        return True
+    if not (a.is_floating_point() or a.is_complex()):
+        return False
+    rtol, atol = SAME_RESULT_TOLERANCE
+    rtol = max(rtol, 2 * torch.finfo(a.dtype).eps)  # float16, bfloat16: two units in their last place
+    return bool(torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True).all())
 
 
 def _grad_inputs(op: Any, sample: Any, ts: Sequence[torch.Tensor]) -> List[int]:
