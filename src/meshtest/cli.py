@@ -8,6 +8,8 @@ Examples::
     MESHTEST_CASE_FILTER='sort_*,topk_*' python -m meshtest cases/torch/case_sort.py
     python -m meshtest scan cases/torch/case_sort.py            # static scan as JSON
     python -m meshtest count cases/torch/*.py                   # cases by family, mesh, gate
+    python -m meshtest list cases/torch/case_sort.py -k 'mesh4 and not backward'   # what would run
+    python -m meshtest cases/torch/case_sort.py -k 'mesh4 and not backward' --lf -q  # pytest's words
     python -m meshtest progress --watch 5                        # live: cases done / total per running target
     python -m meshtest ids cases/torch/tp/seed003_ids.txt cases/torch/tp/*.py   # every test-plan ID covered?
     python -m meshtest coverage cases/torch/training/seed001_domains.txt cases/torch/training/case_*.py
@@ -97,9 +99,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="launches (default): hold the largest launch's slots and run launches as they fit; fill: hold "
                         "up to every slot, split long launch groups and run them at once (a device node, where a "
                         "launch's start-up dominates; tools/packing_model.py compares the two)")
-    r.add_argument("--durations", action="append", default=[], metavar="RESULTS",
+    r.add_argument("--durations-from", action="append", default=[], metavar="RESULTS", dest="durations_from",
                    help="results.jsonl (or a directory of runs, e.g. dist/test) whose case durations weigh splits "
                         "and launch order; repeatable")
+    _pytest_selection_args(r)
     r.add_argument("--target", default="", help="label of the requester in the slot audit log (a Pants address)")
     r.add_argument("--record-ops", action="store_true",
                    help="record each case's sharding-rule calls into ops<k>.jsonl beside the rank logs "
@@ -111,6 +114,17 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("files", nargs="+")
     c = sub.add_parser("count", help="count registered cases by family (file), mesh and gate")
     c.add_argument("files", nargs="+")
+    ls = sub.add_parser("list", help="the cases a run would select, one line each (pytest's --collect-only): "
+                                     "ID, kind, gates, mesh, expected verdict and why")
+    ls.add_argument("files", nargs="*", metavar="FILE[::CASE]",
+                    help="case files, optionally ::case_name (default: every cases/<platform>/**/case_*.py)")
+    ls.add_argument("--tag", "--gate", action="append", default=[], dest="tags", metavar="TAG",
+                    help="a Pants --tag clause, as for run")
+    ls.add_argument("--case", action="append", default=[], metavar="PATTERN", help="fnmatch pattern on case names")
+    ls.add_argument("-k", dest="keyword", default="", metavar="EXPRESSION", help="pytest's -k expression, as for run")
+    ls.add_argument("--platform", default="torch", help="the platform whose cases/<platform> is the default")
+    ls.add_argument("--device-kind", default="cpu", choices=DEVICE_KINDS)
+    ls.add_argument("--json", action="store_true", help="one JSON object per case instead of columns")
     p = sub.add_parser("progress", help="show live progress of meshtest runs sharing a slot pool "
                                         "(e.g. every target of ./pants test)")
     p.add_argument("--slot-dir", default="",
@@ -133,6 +147,32 @@ def _parser() -> argparse.ArgumentParser:
                         "a case that passed or reproduced its known failure (repeatable)")
     _strength_parsers(sub)
     return ap
+
+
+def _pytest_selection_args(r: argparse.ArgumentParser) -> None:
+    """pytest's words for selecting and reporting (:mod:`meshtest.parent.selection`); under Pants
+    they come after ``--``: ``./pants test cases/torch/case_sort.py -- -k 'mesh4 and not backward'``."""
+    g = r.add_argument_group("pytest's selection and reporting options")
+    g.add_argument("-k", dest="keyword", default="", metavar="EXPRESSION",
+                   help="only cases matching pytest's -k expression (and, or, not, parentheses); an identifier "
+                        "matches a case when it is a case-insensitive substring of its name, its file's name or "
+                        "directories, a tag (cpu_level0, mesh:4, cap:fsdp, layer:1), its kind or its test-plan ID")
+    lf = g.add_mutually_exclusive_group()
+    lf.add_argument("--lf", "--last-failed", dest="last_failed", action="store_const", const="lf", default="",
+                    help="only the cases that failed the last time they ran (all, when none of them did)")
+    lf.add_argument("--ff", "--failed-first", dest="last_failed", action="store_const", const="ff",
+                    help="the cases that failed last time first, then the others")
+    g.add_argument("--cache-dir", default="", metavar="DIR",
+                   help="where the last-failed cases are kept (default $MESHTEST_CACHE_DIR, else .meshtest_cache; "
+                        "under Pants the named cache meshtest_cache)")
+    g.add_argument("-x", "--exitfirst", dest="fail_fast", action="store_const", const=True,
+                   help="stop at the first failing case (as --fail-fast)")
+    g.add_argument("-v", "--verbose", action="count", default=0,
+                   help="each case line also names its file and its rank-log directory")
+    g.add_argument("-q", "--quiet", action="count", default=0, help="a line only for failing cases")
+    g.add_argument("--durations", type=int, default=-1, metavar="N",
+                   help="list the N slowest cases at the end (0: all); recorded durations to plan with are "
+                        "--durations-from")
 
 
 def _strength_parsers(sub) -> None:
@@ -297,6 +337,86 @@ def _cmd_count(files: Sequence[str]) -> int:
     return 1 if bad else 0
 
 
+def _expected(c, features: Optional[Sequence[str]]) -> Tuple[str, str]:
+    """A case's expected verdict and its reason, from the static scan: ``unsupported`` (the
+    platform's probed ``features`` lack one the case requires; ``requires`` when they could not
+    be probed), ``xfail`` (a known failure: its kind, step and reason), else ``pass``."""
+    if c.requires:
+        if features is None:
+            return "requires", "unsupported where the platform lacks: " + ", ".join(c.requires)
+        lacking = [f for f in c.requires if f not in features]
+        if lacking:
+            return "unsupported", "missing feature(s) " + ", ".join(lacking)
+    if c.known_failure is not None:
+        return "xfail", c.known_failure.describe()
+    return "pass", ""
+
+
+def _probed_features(platform: str) -> Optional[Sequence[str]]:
+    """The platform's features (its backend probes them), or ``None`` where it cannot load here."""
+    from .platforms.backend import load_backend
+
+    try:
+        return tuple(load_backend(platform).features())
+    except Exception:  # noqa: BLE001 — no torch (or mindspore) here: say what the cases require instead
+        return None
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    """Print the cases ``run`` would select with the same arguments (nothing runs): exit 0, 1
+    when a file fails its scan (its error is printed), 2 on a bad selection."""
+    import glob
+
+    from .parent.planner import select_cases
+    from .parent.selection import keyword_matcher
+
+    default = sorted(glob.glob(os.path.join("cases", args.platform, "**", "case_*.py"), recursive=True))
+    files, names = _split_specs(args.files or default)
+    missing = [f for f in files if not os.path.isfile(f)]
+    if missing:
+        print(f"meshtest: no such case file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    scans = [scan_case_file(f) for f in files]  # static: no platform is imported for this
+    cases = [c for s in scans if not s.error for c in s.cases]
+    errors = [(s.path, s.error) for s in scans if s.error] + [
+        (s.path, b.error) for s in scans if not s.error for b in s.broken]
+    lines = []
+    try:
+        chosen = select_cases(cases, args.device_kind, args.tags, args.case, names)
+        if args.keyword:
+            match = keyword_matcher(args.keyword)
+            kept = [c for c in chosen if match(c)]
+            lines.append(f"-k {args.keyword!r}: {len(kept)} case(s) selected, {len(chosen) - len(kept)} deselected")
+            chosen = kept
+    except SelectionError as e:
+        print(f"meshtest: {e}", file=sys.stderr)
+        return 2
+    for path, error in errors:
+        print(f"{path}: scan failed: {error}", file=sys.stderr)
+    rows = []
+    features = _probed_features(args.platform) if any(c.requires for c in chosen) else ()
+    for c in chosen:
+        verdict, why = _expected(c, features)
+        mesh = "x".join(map(str, c.mesh_shape)) + (f" ({','.join(c.mesh_dim_names)})" if c.mesh_dim_names else "")
+        rows.append(dict(id=c.id, kind=c.kind, gates=list(c.tags), mesh=mesh, expected=verdict, reason=why))
+    if args.json:
+        for r in rows:
+            print(json.dumps(r))
+    else:
+        cols = [("ID", "id"), ("kind", "kind"), ("mesh", "mesh"), ("expected", "expected"), ("gates", "gates")]
+        text = [{k: ",".join(r[k]) if k == "gates" else r[k] for _, k in cols} for r in rows]
+        widths = {k: max([len(title)] + [len(t[k]) for t in text]) for title, k in cols}
+        print("  ".join(f"{title:{widths[k]}}" for title, k in cols) + "  reason")
+        for t, r in zip(text, rows):
+            print(("  ".join(f"{t[k]:{widths[k]}}" for _, k in cols) + "  " + r["reason"]).rstrip())
+        counts = {v: sum(r["expected"] == v for r in rows) for v in ("pass", "xfail", "unsupported", "requires")}
+        counts = {v: n for v, n in counts.items() if n or v in ("pass", "xfail")}
+        print(f"{len(rows)} case(s) selected of {len(cases)} in {len(files)} file(s): "
+              + ", ".join(f"{n} {v}" for v, n in counts.items())
+              + "".join(f"; {ln}" for ln in lines) + (f"; {len(errors)} file(s) failed the scan" if errors else ""))
+    return 1 if errors else 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from .parent.runner import RunOptions, run
 
@@ -322,7 +442,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
                       fail_fast=gate_is_fail_fast(args.tags) if args.fail_fast is None else args.fail_fast,
                       collective_checks=args.collective_checks, lane=args.lane,
                       local_processes=args.local_processes, pack=args.pack,
-                      durations_from=tuple(args.durations), record_ops=args.record_ops, mutant=args.mutant)
+                      durations_from=tuple(args.durations_from), record_ops=args.record_ops, mutant=args.mutant,
+                      keyword=args.keyword, last_failed=args.last_failed, cache_dir=args.cache_dir,
+                      verbosity=min(1, args.verbose) if args.verbose > args.quiet else -min(1, args.quiet),
+                      slowest=args.durations)
     try:
         if os.environ.get(DRY_RUN_ENV):
             return _dry_run(files, opts)
@@ -362,10 +485,13 @@ def _cmd_strength(args: argparse.Namespace) -> int:
 def _dry_run(files: Sequence[str], opts) -> int:
     """Print what ``run`` would launch (``$MESHTEST_DRY_RUN``); exit 1 when a file fails its scan."""
     from .parent.planner import select_cases
-    from .parent.runner import plan_run, scan_files
+    from .parent.runner import narrow, plan_run, scan_files
 
     cases, errors, _ = scan_files(files)
     selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns))
+    selected, lines = narrow(selected, opts)
+    for line in lines:
+        print(f"meshtest: {line}")
     groups, need = plan_run(selected, opts, {})
     print(f"meshtest: dry run ({DRY_RUN_ENV}): {len(selected)} case(s) from {len(files)} file(s) in "
           f"{len(groups)} launch group(s), {need} device slot(s); nothing launched")
@@ -385,7 +511,7 @@ def _exit_on_sigterm(signum, frame):
 def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("run", "scan", "count", "ids", "coverage", "coverage-ops", "mutate", "progress",
+    if argv and argv[0] not in ("run", "scan", "count", "list", "ids", "coverage", "coverage-ops", "mutate", "progress",
                                 "generate", "triage", "shrink", "-h", "--help"):
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
@@ -394,6 +520,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _cmd_scan(args.files)
         if args.command == "count":
             return _cmd_count(args.files)
+        if args.command == "list":
+            return _cmd_list(args)
         if args.command == "ids":
             return _cmd_ids(args.manifest, args.files)
         if args.command == "coverage":

@@ -286,7 +286,7 @@ def test_concurrent_launches_share_the_lease_and_die_together_with_the_runner(tm
                                    "diagnosis": ""}) + "\n")
     proc = subprocess.Popen([sys.executable, "-m", "meshtest", "run", path, "--artifacts-dir", str(out),
                              "--slot-dir", str(slots), "--pack=fill", "--case-timeout=300",
-                             "--durations", str(earlier)],
+                             "--durations-from", str(earlier)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": SRC_ROOT})
     deadline = time.time() + 120

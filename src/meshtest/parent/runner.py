@@ -51,6 +51,7 @@ from .planner import (
     startup_s,
 )
 from .progress import ProgressBoard
+from .selection import apply_last_failed, cache_dir, keyword_matcher, read_lastfailed, update_lastfailed
 from .slots import DEFAULT_SLOTS, SlotLease, SlotPool, SlotRequestError, default_slot_dir
 
 #: Environment variable with a fixed rendezvous port for the first launch attempt.
@@ -106,6 +107,19 @@ class RunOptions:
     mutant: str = ""
     #: when not empty: of the selected cases, only those with these exact names run
     only_cases: Tuple[str, ...] = ()
+    #: pytest's ``-k`` expression over each case's keywords (:mod:`meshtest.parent.selection`)
+    keyword: str = ""
+    #: ``"lf"`` / ``"ff"``: only / first the cases that failed last (``--lf`` / ``--ff``)
+    last_failed: str = ""
+    #: where the last-failed cases are kept (:func:`meshtest.parent.selection.cache_dir`)
+    cache_dir: str = ""
+    #: ``-1`` (``-q``): a line only for failing cases; ``0``: a line per case; ``1`` (``-v``): each
+    #: line also names the case's file and its launch's rank-log directory
+    verbosity: int = 0
+    #: ``--durations=N``: list the N slowest cases at the end (``0``: all; ``-1``: none)
+    slowest: int = -1
+    #: case IDs the planner puts first in their launch, and their launches first (``--ff``)
+    first: Tuple[str, ...] = ()
 
 
 #: Values of ``RunOptions.collective_checks`` / ``--collective-checks``.
@@ -341,6 +355,10 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns))
     if opts.only_cases:
         selected = [c for c in selected if c.name in set(opts.only_cases)]
+    selected, lines = narrow(selected, opts)
+    scan_notes = list(scan_notes) + lines
+    if opts.last_failed == "ff":
+        opts = replace(opts, first=tuple(c.id for c in selected if c.id in read_lastfailed(cache_dir(opts.cache_dir))))
     if (opts.lane or lane_of(opts.tag_filters)) != "local":  # the one-process lane holds no slot per rank
         scan_errors += [outcomes.too_large(c, opts.slots) for c in selected if c.device_need > opts.slots]
         selected = [c for c in selected if c.device_need <= opts.slots]
@@ -381,9 +399,41 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             result.outcomes = [replace(o, spec_id=spec_ids.get(case_id(o.file, o.case), o.spec_id),
                                        known_failure=known.get(case_id(o.file, o.case), ""))
                                for o in result.outcomes]
+            if opts.slowest >= 0:
+                emit(reporter.slowest_lines(result.outcomes, opts.slowest))
             emit(reporter.summary_lines(result.outcomes, result.notes))
             write_evidence(opts.artifacts_dir, result.outcomes, result.notes)
+            record_last_failed(result.outcomes, opts)
     return result
+
+
+def narrow(selected: Sequence[ScannedCase], opts: RunOptions) -> Tuple[List[ScannedCase], List[str]]:
+    """The selection after ``-k`` and ``--lf``/``--ff`` (:mod:`meshtest.parent.selection`), and
+    the lines that say what they did (printed with the scan notes).
+
+    :raises SelectionError: a ``-k`` expression that does not parse, an unreadable cache file.
+    """
+    out, lines = list(selected), []
+    if opts.keyword:
+        match = keyword_matcher(opts.keyword)
+        kept = [c for c in out if match(c)]
+        lines.append(f"-k {opts.keyword!r}: {len(kept)} case(s) selected, {len(out) - len(kept)} deselected")
+        out = kept
+    if opts.last_failed:
+        out, line = apply_last_failed(out, opts.last_failed, read_lastfailed(cache_dir(opts.cache_dir)))
+        lines.append(line or "")
+    return out, lines
+
+
+def record_last_failed(found: Sequence[CaseOutcome], opts: RunOptions) -> None:
+    """Update the last-failed cache with this run's outcomes (every run does, as pytest's cache
+    provider does); a cache that cannot be written is a warning, never a lost run."""
+    ran = [case_id(o.file, o.case) for o in found if o.status.counts_as_run]
+    failed = [case_id(o.file, o.case) for o in found if o.status.failing]
+    try:
+        update_lastfailed(cache_dir(opts.cache_dir), ran, failed)
+    except OSError as e:
+        print(f"meshtest: warning: the last-failed cache was not updated: {e}", file=sys.stderr)
 
 
 def plan_run(selected: Sequence[ScannedCase], opts: RunOptions,
@@ -398,9 +448,9 @@ def plan_run(selected: Sequence[ScannedCase], opts: RunOptions,
     if (opts.lane or lane_of(opts.tag_filters)) == "local":
         if not backend_info(opts.platform).local_target:
             raise SelectionError(f"platform {opts.platform!r} has no one-process lane (--tag={LOCAL_LANE_TAG})")
-        groups = plan_local_groups(selected, local_processes(opts))
+        groups = plan_local_groups(selected, local_processes(opts), set(opts.first))
         return groups, max((g.processes for g in groups), default=1)
-    groups = plan_groups(selected)
+    groups = plan_groups(selected, set(opts.first))
     info = backend_info(opts.platform)
     launcher = info.launcher
     if info.submeshes:
@@ -605,7 +655,8 @@ def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, res
                 result.outcomes.extend(group_outcomes)
             ranked.update((id(o), order[group.group_id]) for o in group_outcomes)
             result.notes.extend(notes)
-            emit([reporter.format_outcome(o) for o in group_outcomes])
+            emit([reporter.format_outcome(o, opts.verbosity) for o in group_outcomes
+                  if opts.verbosity >= 0 or o.status.failing])
     finally:
         flight.stop()
         # plan order, whatever order the groups ended in

@@ -28,13 +28,16 @@ def _same_on_every_rank(text: str, rank: str) -> str:
     return re.sub(rf"\b(rank\s?=?\s?){re.escape(rank)}\b", r"\1*", text) if rank != "-" else text
 
 
-def format_outcome(o: CaseOutcome) -> str:
+def format_outcome(o: CaseOutcome, verbosity: int = 0) -> str:
     """One report line; for failures, further indented lines per distinct (status, step, error),
     each naming its ranks (the same error on several ranks, up to the rank's own number, prints
-    once)."""
+    once). ``verbosity`` 1 (``-v``): the line also names the case file and the launch directory
+    holding its rank logs (``ranks/<launch>``)."""
     head = f"{o.status.value.upper():<7} {o.case}  [w{o.world_size} {o.group}]  {o.slowest_s:.3f}s"
     if o.slowest_rank is not None:
         head += f" (slowest rank {o.slowest_rank})"
+    if verbosity > 0:
+        head += f"  {o.file}" + (f"  ranks/{o.launch_dir}" if o.launch_dir else "")
     if o.status is Status.UNSUPPORTED:
         return head + "  " + _first_line(o.failures[0].error if o.failures else Status.UNSUPPORTED.value)
     if not o.failures or o.status is Status.XFAIL:
@@ -46,7 +49,7 @@ def format_outcome(o: CaseOutcome) -> str:
             head += "  (divergence from spec)"
         return head + "".join(f"\n          note: {ln}" for ln in o.detail.splitlines()
                               if not ln.startswith(NO_GOLDEN_NOTE))
-    lines = [head + f"  {o.file}"]
+    lines = [head if verbosity > 0 else head + f"  {o.file}"]
     seen: Dict[tuple, List[str]] = {}
     for f in o.failures:
         key = (f.status, f.step, _same_on_every_rank(_first_line(f.error), f.rank_label))
@@ -59,6 +62,17 @@ def format_outcome(o: CaseOutcome) -> str:
     if detail:
         lines.extend("          | " + ln for ln in detail.strip().splitlines()[-8:])
     return "\n".join(lines)
+
+
+def slowest_lines(outcomes: Sequence[CaseOutcome], n: int) -> List[str]:
+    """pytest's ``--durations=N``: the ``n`` slowest cases that ran (``0``: every one), slowest
+    first, each with its slowest rank's seconds, its launch and its ID (``file::case``)."""
+    ran = sorted((o for o in outcomes if o.status.counts_as_run and o.world_size),
+                 key=lambda o: -o.slowest_s)
+    shown = ran if n == 0 else ran[:n]
+    head = f"slowest {len(shown)} case durations" if n else "case durations"
+    return [f"===== {head} (slowest rank, seconds) ====="] + [
+        f"{o.slowest_s:8.3f}s  {o.status.value:<7} [w{o.world_size} {o.group}]  {o.file}::{o.case}" for o in shown]
 
 
 def counts(outcomes: Sequence[CaseOutcome]) -> Dict[Status, int]:

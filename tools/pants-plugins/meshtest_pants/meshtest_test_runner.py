@@ -44,11 +44,14 @@ from pants.util.logging import LogLevel
 from meshtest.model.rules import lane_of
 from meshtest_pants.runner_command import (
     ARTIFACTS_DIR,
+    LASTFAILED_CACHE_NAME,
+    LASTFAILED_DIR,
     SANDBOX_HOME,
     SLOTS_CACHE_NAME,
     SLOTS_DIR,
     batch_key,
     forwarded_tag_filters,
+    reads_last_failed,
     runner_argv,
     runner_env,
 )
@@ -137,9 +140,13 @@ class MeshtestRunnerSetup:
     process: Process
 
 
-def cache_scope_for(test_subsystem: TestSubsystem) -> ProcessCacheScope:
-    """Cache passing runs only; with `--test-force`, rerun once per session."""
-    return ProcessCacheScope.PER_SESSION if test_subsystem.force else ProcessCacheScope.SUCCESSFUL
+def cache_scope_for(test_subsystem: TestSubsystem, args: tuple[str, ...] = ()) -> ProcessCacheScope:
+    """Cache passing runs only; with `--test-force`, or arguments that select by the last-failed
+    cache (`--lf`, `--ff`: what runs depends on a file outside the cache key), rerun once per
+    session."""
+    if test_subsystem.force or reads_last_failed(args):
+        return ProcessCacheScope.PER_SESSION
+    return ProcessCacheScope.SUCCESSFUL
 
 
 def batch_timeout(field_sets, test_subsystem: TestSubsystem) -> int | None:
@@ -197,19 +204,20 @@ async def setup_meshtest_runner_for_case_files(
                 device_need=max(fs.device_need.value or 0 for fs in request.field_sets),
                 target=request.description,
                 pack=meshtest.pack.value,
+                args=tuple(meshtest.args),
             ),
             extra_env=runner_env(
                 source_roots=sources.source_roots,
                 slots=meshtest.slots,
                 extra_env=test_extra_env.env,
             ),
-            append_only_caches={SLOTS_CACHE_NAME: SLOTS_DIR},
+            append_only_caches={SLOTS_CACHE_NAME: SLOTS_DIR, LASTFAILED_CACHE_NAME: LASTFAILED_DIR},
             input_digest=input_digest,
             output_directories=(ARTIFACTS_DIR,),
             timeout_seconds=batch_timeout(request.field_sets, test_subsystem),
             description=f"Run meshtest cases: {request.description} ({len(addresses)} file(s))",
             level=LogLevel.DEBUG,
-            cache_scope=cache_scope_for(test_subsystem),
+            cache_scope=cache_scope_for(test_subsystem, tuple(meshtest.args)),
         ),
     )
     return MeshtestRunnerSetup(process)

@@ -19,6 +19,20 @@ SANDBOX_HOME = ".home"
 SLOTS_CACHE_NAME = "meshtest_slots"
 SLOTS_DIR = ".meshtest-slots"
 
+# The last-failed cases (`--lf`, `--ff`): a named cache as well, shared by every sandbox as
+# pytest's `.pytest_cache` is by every run in a checkout (`meshtest.parent.selection`).
+LASTFAILED_CACHE_NAME = "meshtest_cache"
+LASTFAILED_DIR = ".meshtest-cache"
+
+# Passthrough arguments whose run depends on the last-failed cache, not only on its inputs.
+LAST_FAILED_ARGS = ("--lf", "--last-failed", "--ff", "--failed-first")
+
+
+def reads_last_failed(args: Iterable[str]) -> bool:
+    """Whether the runner's arguments select by the last-failed cache (`--lf`, `--ff`): such a
+    process must not be read from Pants' cache, whose key does not hold the cache file."""
+    return any(a in LAST_FAILED_ARGS for a in args)
+
 
 def batch_key(platform: str, resolve: str, launch_groups: Iterable[str], *, file: str = "", broken: bool = False,
               batch: bool = True, lane: str = "ranks", pack: str = "launches") -> tuple[str, ...]:
@@ -63,8 +77,12 @@ def runner_argv(
     device_need: int,
     target: str,
     pack: str = "launches",
+    args: Iterable[str] = (),
 ) -> tuple[str, ...]:
-    """Arguments after the interpreter: `-m meshtest run ... <case_file>...`.
+    """Arguments after the interpreter: `-m meshtest run ... [args] <case_file>...`.
+
+    `args` are `[meshtest].args` and the passthrough arguments after `--` (pytest's words: `-k`,
+    `--lf`, ...), placed after the rule's own options and before the case files.
 
     `device_need` is the batch's resource tag (largest `device_need` of its targets): the runner
     holds that many device slots for the whole process. `target` labels the slot audit log.
@@ -82,6 +100,7 @@ def runner_argv(
         *((f"--pack={pack}",) if pack != "launches" else ()),
         *(f"--gate={gate}" for gate in gates),
         *(f"--tag={tag}" for tag in tag_filters),
+        *args,
         *case_files,
     )
 
@@ -106,5 +125,6 @@ def runner_env(
         "OMP_NUM_THREADS": "1",
         "MESHTEST_SLOTS": str(slots),
         "MESHTEST_SLOT_DIR": f"{{chroot}}/{SLOTS_DIR}",
+        "MESHTEST_CACHE_DIR": f"{{chroot}}/{LASTFAILED_DIR}",
         **extra_env,
     }

@@ -65,3 +65,16 @@ def test_runner_argv_passes_pack_fill_only() -> None:
     common = dict(platform="torch", device_kind="npu", gates=[], tag_filters=[], device_need=8, target="t")
     assert "--pack=fill" in runner_argv(["c.py"], pack="fill", **common)
     assert not any(a.startswith("--pack") for a in runner_argv(["c.py"], **common))
+
+
+def test_passthrough_args_go_before_the_case_files_and_lf_is_never_cached() -> None:
+    from meshtest_pants.runner_command import reads_last_failed
+
+    common = dict(platform="torch", device_kind="cpu", gates=[], tag_filters=["cpu_level0"], device_need=2, target="t")
+    argv = runner_argv(["c.py"], args=("-k", "mesh4 and not backward", "--lf"), **common)
+    assert argv[-4:] == ("-k", "mesh4 and not backward", "--lf", "c.py")
+    assert argv.index("--tag=cpu_level0") < argv.index("-k")
+    assert reads_last_failed(["-k", "x", "--ff"]) and reads_last_failed(["--last-failed"])
+    assert not reads_last_failed(["-k", "lf", "-v"])
+    env = runner_env(source_roots=["src"], slots=4, extra_env={})
+    assert env["MESHTEST_CACHE_DIR"].startswith("{chroot}/")

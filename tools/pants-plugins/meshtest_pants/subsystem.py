@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pants.option.option_types import BoolOption, DictOption, EnumOption, IntOption, SkipOption, StrListOption
+from pants.option.option_types import (
+    ArgsListOption,
+    BoolOption,
+    DictOption,
+    EnumOption,
+    IntOption,
+    SkipOption,
+    StrListOption,
+)
 from pants.option.subsystem import Subsystem
 from pants.util.strutil import help_text
 
@@ -34,6 +42,22 @@ class MeshtestSubsystem(Subsystem):
     )
 
     skip = SkipOption("test")
+    args = ArgsListOption(
+        example="-k 'mesh4 and not backward' --lf",
+        tool_name="`python -m meshtest run`",
+        passthrough=True,
+        extra_help=help_text(
+            """
+            pytest's selection and reporting words (`-k`, `--lf`, `--ff`, `-x`, `-v`, `-q`,
+            `--durations=N`), also given after `--`:
+            `./pants test cases/torch/case_sort.py -- -k 'mesh4 and not backward'`. They are part of
+            the runner's command line and so of each test process's cache key (a run with other
+            arguments is not a cache hit). `-k` narrows what `--tag` selected: a target runs the cases
+            that match both. With `--lf`/`--ff` the process is never read from the cache (what it runs
+            depends on the last-failed cases, kept in the named cache `meshtest_cache`).
+            """
+        ),
+    )
     slots = IntOption(
         default=8,
         help=help_text(
