@@ -242,7 +242,7 @@ def _assert_links_resolve(page: Path, parsed: Tables, ids_of: Dict[Path, List[st
     for href in parsed.hrefs:
         url, fragment = urldefrag(href)
         assert "://" not in url and not url.startswith("/"), f"{page.name}: not a relative link: {href}"
-        target = (page.parent / unquote(url)).resolve()
+        target = (page.parent / unquote(url)).resolve() if url else page.resolve()  # "#id": this page
         assert target.is_file(), f"{page.name}: link {href} -> {target} does not exist"
         if fragment:
             ids = ids_of.setdefault(target, Tables(target.read_text(encoding="utf-8")).ids)
@@ -279,15 +279,28 @@ def test_report_and_index_in_headless_chromium(tmp_path):
     rank0, rank1 = row["rank 0"], row["rank 1"]
     assert rank0["class"] == ["rank", "pass"] and rank0["text"].strip().startswith("pass")
     assert rank1["class"] == ["rank", "fail"] and "fail @ compare" in rank1["text"]
-    for line in COMPARE_ERROR.splitlines():  # the error, escaped in the source, reads as text
-        assert line in rank1["text"]
+    assert "rank(s) 1: fail at step compare" in " ".join(row["case"]["text"].split())  # the row's error block
+    for line in COMPARE_ERROR.splitlines():  # the error, escaped in the source, reads as text, once
+        assert row["case"]["text"].count(line) == 1 and line not in rank1["text"]
     assert rank1["hrefs"] == ["ranks/w2-2/rank1.log", "ranks/w2-2/rank1.jsonl"]
     assert "compare" in (report.parent / rank1["hrefs"][0]).read_text()
     passing = page.row("allgather_mesh2")
     assert passing["status"]["text"].strip() == "pass"
     assert [c["class"] for c in (passing["rank 0"], passing["rank 1"])] == [["rank", "pass"]] * 2
+    # it leads with the failure: the counts, then a list linking to each failing case; its row first
+    summary = dom.split('id="summary"', 1)[1].split("</section>", 1)[0]
+    assert 'class="badge fail"' in summary and "fail: 1" in summary and "pass: 1" in summary
+    failures = Tables(summary)
+    assert failures.hrefs == ["#allreduce_sum_mesh2"]
+    assert "fail at step compare: AssertionError: Tensor-likes are not close!" in " ".join(summary.split())
+    case_rows = [r["id"] for r in page.rows if "case" in r["class"]]
+    assert case_rows == ["allreduce_sum_mesh2", "allgather_mesh2"]  # failing first, though it ran second
+    legend = {r["cells"][0]["text"]: r["cells"][0]["class"] for r in page.rows if r["cells"] and
+              r["cells"][0]["tag"] == "td" and len(r["cells"]) == 2}
+    assert {"xfail", "xpass", "unsupported", "not_run", "fail", "pass"} <= set(legend)
+    assert len({legend[s][0] for s in ("xfail", "xpass", "unsupported", "pass")}) == 4  # each its own class
     ids_of: Dict[Path, List[str]] = {}
-    assert _assert_links_resolve(report, page, ids_of) == 2 * 2 * 2  # 2 cases x 2 ranks x (log, jsonl)
+    assert _assert_links_resolve(report, page, ids_of) == 2 * 2 * 2 + 1  # cases x ranks x (log, jsonl), summary
 
     # the index: targets, the failing one first, linking to each run's report
     index_page = Tables(chromium.dom(index))

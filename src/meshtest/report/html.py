@@ -1,10 +1,14 @@
 """Static HTML run report for CI artifact browsing: ``report.html`` in the artifacts directory.
 
-Case files → cases → a ranks matrix. Each case row shows its status, world size, launch group
-and slowest-rank time; each rank cell its status and the step it failed in, and links to that
-rank's log and JSONL (relative links, so the report reads from a CI artifact store or a local
-``dist/`` without a server). Failing cases also show each rank's error. Rendered with Jinja2
-(autoescaped); no scripts, no external assets.
+It leads with what matters: the counts by verdict with a legend (each verdict its own colour),
+then a list of the failing cases, each linking to its row, then the files, those with a
+failure first, each a table of cases (failing ones first) → a ranks matrix. A case row shows
+its status, world size, launch group and slowest-rank time, and one error block per distinct
+error (the ranks that agree on it named together, a rank that differs in a block of its own);
+each rank cell its status, the step it failed in, and links to that rank's log and JSONL
+(relative links, so the report reads from a CI artifact store or a local ``dist/`` without a
+server). Paths under the artifacts directory or the working directory (a Pants sandbox) are
+written relative. Rendered with Jinja2 (autoescaped); no scripts, no external assets.
 """
 from __future__ import annotations
 
@@ -16,20 +20,34 @@ from jinja2 import Environment
 from ..contract import CaseOutcome
 from ..status import Status
 from .curves import HEIGHT, WIDTH, charts, read_curves
-from .reporter import counts, spec_table
+from .reporter import closing_line, counts, same_on_every_rank, spec_table
 
 _TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>meshtest report</title>
 <style>
-body{font-family:sans-serif;margin:1.5em} table{border-collapse:collapse;margin-bottom:1.5em}
+body{font-family:sans-serif;margin:1.5em;max-width:1340px} table{border-collapse:collapse;margin-bottom:1.5em}
 td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;font-size:13px}
-.pass{background:#d9f2d9} .xfail{background:#d8e4f8} .fail,.error,.crash,.timeout,.missing,.xpass{background:#f8d0d0}
+.pass{background:#d9f2d9} .xfail{background:#d8e4f8} .xpass{background:#e4d2f4}
+.fail,.error{background:#f8d0d0} .crash,.timeout,.missing{background:#f2b8a8}
 .not_run{background:#eee} .unsupported{background:#fff3c4} .waited{background:#fde2c8}
+.badge{padding:2px 8px;margin-right:6px;border:1px solid #999;border-radius:3px}
+#failures li{margin:2px 0;font-size:13px} #legend td{font-size:12px}
 pre{margin:2px 0;white-space:pre-wrap;max-width:70em;font-size:12px}
+.error-block{border-left:4px solid #c33;padding-left:6px;margin:4px 0}
 figure.curve{margin:4px 0} figcaption{font-size:11px}
 </style></head><body>
 <h1>meshtest report</h1>
-<p id="totals">{% for status, n in totals %}<span class="{{ status }}">{{ status }}: {{ n }}</span> {% endfor %}</p>
+<section id="summary">
+<p id="totals">{% for status, n in totals %}<span class="badge {{ status }}">{{ status }}: {{ n }}</span>{% endfor %}
+<span id="verdict">{{ verdict }}</span></p>
+{% if failing %}<h2>failing cases ({{ failing|length }})</h2>
+<ol id="failures">{% for f in failing %}<li class="{{ f.status }}"><a href="#{{ f.case }}">{{ f.file }}::{{ f.case }}</a>
+{{ f.status }}{% if f.step %} at step {{ f.step }}{% endif %}{% if f.first %}: {{ f.first }}{% endif %}</li>{% endfor %}</ol>
+{% endif %}
+<table id="legend"><tr><th>verdict</th><th>meaning</th></tr>
+{% for status, meaning in legend %}<tr><td class="{{ status }}">{{ status }}</td><td>{{ meaning }}</td></tr>{% endfor %}
+</table>
+</section>
 {% for note in notes %}<div class="note">{{ note }}</div>{% endfor %}
 {% if spec_lines %}<h2>spec IDs</h2><pre id="spec-table">{{ spec_lines|join("\n") }}</pre>{% endif %}
 {% for file, rows in files %}
@@ -41,6 +59,8 @@ figure.curve{margin:4px 0} figcaption{font-size:11px}
 {% if row.spec_id %} <small>[{{ row.spec_id }}]</small>{% endif %}
 {% if row.known_failure %}<br><small>known failure: {{ row.known_failure }}</small>{% endif %}
 {% if row.divergence %}<br><small class="divergence">divergence from spec: {{ row.divergence }}</small>{% endif %}
+{% for block in row.errors %}<div class="error-block"><b>rank(s) {{ block.ranks }}: {{ block.status }} at step
+ {{ block.step }}</b><pre>{{ block.error }}</pre></div>{% endfor %}
 {% if row.detail %}<pre class="detail">{{ row.detail }}</pre>{% endif %}
 {% if row.diagnosis %}<pre class="diagnosis">diagnosis: {{ row.diagnosis }}</pre>{% endif %}
 {% for chart in row.charts %}<figure class="curve"><svg width="{{ size[0] }}" height="{{ size[1] }}"
@@ -54,12 +74,25 @@ ranks {% for rank, _ in chart.lines %}<span style="color:{{ colors[rank % 4] }}"
 <td>{{ row.world_size }}</td><td>{{ row.launch }}</td><td>{{ "%.3f"|format(row.slowest_s) }}</td>
 {% for cell in row.cells %}<td class="rank {{ cell.status }}">{{ cell.status }}
 {%- if cell.step %} @ {{ cell.step }}{% endif %}
-{% if cell.log %}<br><a href="{{ cell.log }}">log</a> <a href="{{ cell.jsonl }}">jsonl</a>{% endif %}
-{% if cell.error %}<pre>{{ cell.error }}</pre>{% endif %}</td>{% endfor %}</tr>
+{% if cell.log %}<br><a href="{{ cell.log }}">log</a> <a href="{{ cell.jsonl }}">jsonl</a>{% endif %}</td>{% endfor %}</tr>
 {% endfor %}</table>
 {% endfor %}
 </body></html>
 """
+
+#: Each verdict the report colours, and what it means (the legend under the counts).
+LEGEND = (
+    (Status.PASS, "every rank passed"),
+    (Status.FAIL, "a comparison or assertion failed"),
+    (Status.ERROR, "an exception other than a failed comparison"),
+    (Status.CRASH, "a rank died inside the case"),
+    (Status.TIMEOUT, "the launch was killed at the case's deadline"),
+    (Status.MISSING, "a rank recorded nothing for the case"),
+    (Status.XFAIL, "a known failure of the platform, reproduced as declared (counted apart, never a pass)"),
+    (Status.XPASS, "a case marked as a known failure passed: the mark must go (fails the run)"),
+    (Status.UNSUPPORTED, "the platform lacks a feature the case requires: not run"),
+    (Status.NOT_RUN, "a fail-fast (level0) gate stopped before the case"),
+)
 
 
 #: Statuses a rank cell shows for every rank of the case, whatever its failures say.
@@ -67,16 +100,36 @@ _WHOLE_CASE = (Status.XFAIL, Status.NOT_RUN, Status.UNSUPPORTED)
 
 
 class _Cell(NamedTuple):
-    """One rank's cell: its status and step, the head of its error, links to its files."""
+    """One rank's cell: its status and step, links to its files (errors are the row's blocks)."""
 
     status: str = ""
     step: str = ""
-    error: str = ""
     log: str = ""
     jsonl: str = ""
 
 
-def _row(o: CaseOutcome, max_ranks: int, artifacts_dir: str = "") -> dict:
+def _relative(text: str, roots: Sequence[str]) -> str:
+    """``text`` with each absolute ``root`` prefix (``/…/extra-output/``, the sandbox) removed."""
+    for root in roots:
+        text = text.replace(root.rstrip("/") + "/", "")
+    return text
+
+
+def _error_blocks(o: CaseOutcome, roots: Sequence[str]) -> List[dict]:
+    """One block per distinct (status, step, error) among the case's failing ranks, the ranks that
+    agree on it named together (an error that differs only in its own rank number agrees,
+    :func:`meshtest.report.reporter.same_on_every_rank`); an ``xfail``'s blocks are the declared
+    failure as its ranks had it."""
+    blocks: Dict[tuple, dict] = {}
+    for f in o.failures:
+        error = _relative("\n".join(f.error.strip().splitlines()[:12]), roots)
+        key = (f.status.value, f.step, same_on_every_rank(error, f.rank_label))
+        block = blocks.setdefault(key, {"status": key[0], "step": f.step, "error": error, "ranks": []})
+        block["ranks"].append(f.rank_label)
+    return [{**b, "ranks": ",".join(b["ranks"])} for b in blocks.values()]
+
+
+def _row(o: CaseOutcome, max_ranks: int, artifacts_dir: str = "", roots: Sequence[str] = ()) -> dict:
     failed = {f.rank: f for f in o.failures}
     cells = []
     for rank in range(max_ranks):
@@ -88,24 +141,42 @@ def _row(o: CaseOutcome, max_ranks: int, artifacts_dir: str = "") -> dict:
         cells.append(_Cell(
             status=(f.status if f else o.status if o.status in _WHOLE_CASE else Status.PASS).value,
             step=f.step if f else "",
-            error="\n".join(f.error.strip().splitlines()[:12]) if f else "",
             log=f"{base}.log" if base else "",
             jsonl=f"{base}.jsonl" if base else "",
         ))
-    return {**o.to_json(), "launch": o.launch_dir or o.group, "cells": cells,
+    doc = o.to_json()
+    return {**doc, "launch": o.launch_dir or o.group, "cells": cells, "errors": _error_blocks(o, roots),
+            "detail": _relative(o.detail, roots), "diagnosis": _relative(o.diagnosis, roots),
+            "known_failure": _relative(o.known_failure, roots),
             "charts": charts(read_curves(artifacts_dir, o.case)) if artifacts_dir else []}
+
+
+def _failing_first(o: CaseOutcome) -> int:
+    return 0 if o.status.failing else 1
 
 
 def write_html_report(path: str, outcomes: Sequence[CaseOutcome], notes: Sequence[str] = ()) -> None:
     """Render ``outcomes`` to ``path`` (links are relative to the file's directory; a long run's
-    curves are read from ``cases/<case>/curve_rank<r>.json`` beside it, :mod:`.curves`)."""
+    curves are read from ``cases/<case>/curve_rank<r>.json`` beside it, :mod:`.curves`). Files with
+    a failing case come first, and in each file its failing cases, then the others in run order."""
     max_ranks = max((o.world_size for o in outcomes), default=0)
-    files: Dict[str, List[dict]] = {}
     here = os.path.dirname(os.path.abspath(path))
-    for o in outcomes:
-        files.setdefault(o.file, []).append(_row(o, max_ranks, here))
+    roots = sorted({here, os.getcwd()}, key=len, reverse=True)  # the longer first: extra-output/ in a sandbox
+    files: Dict[str, List[dict]] = {}
+    for o in sorted(outcomes, key=_failing_first):  # stable: run order within each kind
+        files.setdefault(o.file, []).append(_row(o, max_ranks, here, roots))
+    failing = [o for o in outcomes if o.status.failing]
+    failing_files = {o.file for o in failing}
+    c = counts(outcomes)
     html = Environment(autoescape=True).from_string(_TEMPLATE).render(
-        totals=sorted((s.value, n) for s, n in counts(outcomes).items()), notes=notes, files=sorted(files.items()),
+        totals=[(s.value, c[s]) for s, _ in LEGEND if c.get(s)], verdict=closing_line(c),
+        legend=[(s.value, meaning) for s, meaning in LEGEND],
+        failing=[{"file": o.file, "case": o.case, "status": o.status.value,
+                  "step": o.failures[0].step if o.failures else "",
+                  "first": _relative(o.failures[0].error.strip().splitlines()[0], roots)
+                  if o.failures and o.failures[0].error.strip() else ""} for o in failing],
+        notes=[_relative(n, roots) for n in notes],
+        files=sorted(files.items(), key=lambda kv: (kv[0] not in failing_files, kv[0])),
         max_ranks=max_ranks, size=(WIDTH, HEIGHT), colors=("#1f77b4", "#d62728", "#2ca02c", "#9467bd"),
         spec_lines=spec_table(outcomes))
     with open(path, "w", encoding="utf-8") as f:

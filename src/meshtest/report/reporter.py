@@ -22,7 +22,7 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
 
-def _same_on_every_rank(text: str, rank: str) -> str:
+def same_on_every_rank(text: str, rank: str) -> str:
     """``text`` with its own rank number masked (``out (rank 1)`` → ``out (rank *)``), so that the
     same failure on several ranks groups into one line."""
     return re.sub(rf"\b(rank\s?=?\s?){re.escape(rank)}\b", r"\1*", text) if rank != "-" else text
@@ -52,7 +52,7 @@ def format_outcome(o: CaseOutcome, verbosity: int = 0) -> str:
     lines = [head if verbosity > 0 else head + f"  {o.file}"]
     seen: Dict[tuple, List[str]] = {}
     for f in o.failures:
-        key = (f.status, f.step, _same_on_every_rank(_first_line(f.error), f.rank_label))
+        key = (f.status, f.step, same_on_every_rank(_first_line(f.error), f.rank_label))
         seen.setdefault(key, []).append(f.rank_label)
     for (status, step, err), ranks in seen.items():
         lines.append(f"        rank(s) {','.join(ranks)}: {status} at step {step}: {err}")
