@@ -41,8 +41,10 @@ figure.curve{margin:4px 0} figcaption{font-size:11px}
 <p id="totals">{% for status, n in totals %}<span class="badge {{ status }}">{{ status }}: {{ n }}</span>{% endfor %}
 <span id="verdict">{{ verdict }}</span></p>
 {% if failing %}<h2>failing cases ({{ failing|length }})</h2>
-<ol id="failures">{% for f in failing %}<li class="{{ f.status }}"><a href="#{{ f.case }}">{{ f.file }}::{{ f.case }}</a>
-{{ f.status }}{% if f.step %} at step {{ f.step }}{% endif %}{% if f.first %}: {{ f.first }}{% endif %}</li>{% endfor %}</ol>
+<ol id="failures">{% for f in failing %}
+<li class="{{ f.status }}"><a href="#{{ f.case }}">{{ f.file }}::{{ f.case }}</a>
+{{ f.status }}{% if f.step %} at step {{ f.step }}{% endif %}{% if f.first %}: {{ f.first }}{% endif %}
+</li>{% endfor %}</ol>
 {% endif %}
 <table id="legend"><tr><th>verdict</th><th>meaning</th></tr>
 {% for status, meaning in legend %}<tr><td class="{{ status }}">{{ status }}</td><td>{{ meaning }}</td></tr>{% endfor %}
@@ -74,7 +76,8 @@ ranks {% for rank, _ in chart.lines %}<span style="color:{{ colors[rank % 4] }}"
 <td>{{ row.world_size }}</td><td>{{ row.launch }}</td><td>{{ "%.3f"|format(row.slowest_s) }}</td>
 {% for cell in row.cells %}<td class="rank {{ cell.status }}">{{ cell.status }}
 {%- if cell.step %} @ {{ cell.step }}{% endif %}
-{% if cell.log %}<br><a href="{{ cell.log }}">log</a> <a href="{{ cell.jsonl }}">jsonl</a>{% endif %}</td>{% endfor %}</tr>
+{% if cell.log %}<br><a href="{{ cell.log }}">log</a> <a href="{{ cell.jsonl }}">jsonl</a>{% endif %}</td>
+{%- endfor %}</tr>
 {% endfor %}</table>
 {% endfor %}
 </body></html>
