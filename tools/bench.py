@@ -17,7 +17,7 @@ now and with ``--pack fill`` on 8 NPUs); ``--pants-before REF``, the main job at
    costs measured on this machine: 4.4 / 6.5 / 11.0 s for 2 / 4 / 8 ranks, plus case time)
    runs through the real :class:`meshtest.parent.slots.SlotPool` with 4 concurrent requesters (Pants'
    executor as configured), durations scaled by ``--scale``; its slot-time utilization is set
-   next to the seed's plan (seed 000 §8.6: groups packed first-fit-decreasing into 8-card
+   next to the TP plan's plan (the 8-card packing rule: groups packed first-fit-decreasing into 8-card
    batches that run one after another, each lasting as long as its longest group) on the same mix.
 3. ``--verdicts`` (needs ``--python``, an interpreter with torch: see README "Running without
    Pants"): the per-case cost of case isolation (state snapshot, reseed, compare; in one
@@ -104,7 +104,7 @@ def seed_like_mix(rng: random.Random) -> List[Tuple[int, float]]:
 
 
 def serial_first_fit(jobs: Sequence[Tuple[int, float]], size: int = 8) -> Tuple[float, float, int]:
-    """Seed 000 §8.6: first-fit-decreasing into ``size``-card batches run one after another.
+    """The 8-card packing rule: first-fit-decreasing into ``size``-card batches run one after another.
 
     :returns: (makespan, slot-time utilization, number of batches).
     """

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Golden loss curves of the layer-2/3 training cases (seed 001 §4.5: regressions pinned to the
+"""Golden loss curves of the layer-2/3 training cases (the training net's layer 4: long runs, resume, regressions:
+regressions pinned to the
 platform's release): record them, compare them, print the difference.
 
 Each layer-2/3 training case has ``<case file dir>/golden/<case>.json``: the parallel run's

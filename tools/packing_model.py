@@ -11,7 +11,7 @@ requests never overtake it; :mod:`meshtest.parent.slots`) and each runner's sche
 launches. Costs come from a stated model, not from running anything:
 
 - a launch of ``w`` ranks costs ``startup_s(w)`` before its first case; the ``npu8`` model takes
-  26.3 s for every world size: seed 000 §9.2 measured the old one-launch-per-case framework at
+  26.3 s for every world size: the old framework's measured figure measured the old one-launch-per-case framework at
   158 s for 6 cases on Torch NPU (hccl), i.e. start-up dominates each launch;
 - a case costs its recorded duration (``slowest_s`` of the newest ``results.jsonl`` that ran it
   on real ranks, e.g. ``dist/test`` after the main job), else the mean of the recorded ones;
@@ -83,7 +83,7 @@ class CostModel:
         return startup_s(self.device_kind, world_size)
 
 
-#: Stated models: ``npu8`` (8 Ascend cards, hccl start-up of seed 000 §9.2), ``cpu8`` (this
+#: Stated models: ``npu8`` (8 Ascend cards, hccl start-up of the old framework's measured figure), ``cpu8`` (this
 #: machine's measured torchrun + gloo start-up, as if every rank had a core of its own).
 MODELS: Dict[str, CostModel] = {
     "npu8": CostModel("npu8", 8, "npu"),

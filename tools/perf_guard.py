@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Performance guard of the training capabilities (seed 001 §4.5): throughput and peak RSS per
+"""Performance guard of the training capabilities (the training net's layer 4: long runs, resume, regressions):
+throughput and peak RSS per
 capability toggle — plain, TP, FSDP2, PP, AC, swap, TP+FSDP — against a stored baseline,
 flagging a regression past the stated thresholds. A benchmark, not a test: it prints figures
 and an exit code, and never runs inside ``.ci/run``.

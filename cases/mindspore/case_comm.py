@@ -1,4 +1,4 @@
-"""MindSpore communication guards (seed 001 §3.2 layer 1, "comms"; seed 000 §8.3 MindSpore column).
+"""MindSpore communication guards (the training net's layer 1, "comms"; the MindSpore column of the platform port).
 
 Each rank builds its own input from its rank (a seeded NumPy draw), runs one MindSpore collective
 through ``ctx.api.comm`` and compares the result with the single-process reference: the same

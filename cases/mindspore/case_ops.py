@@ -1,6 +1,6 @@
-"""DTensor-level op cases for MindSpore, written as seed 000 §7 writes them (full inputs, one
+"""DTensor-level op cases for MindSpore, written as the framework design's examples write them (full inputs, one
 placement per mesh dimension), run through HyperParallel's ``distribute_tensor`` / ``full_tensor``
-(seed 000 §8.3) where it is installed. MindSpore 2.10 has no DTensor of its own and HyperParallel
+(the platform port) where it is installed. MindSpore 2.10 has no DTensor of its own and HyperParallel
 is not on PyPI: here each case is reported ``unsupported on platform mindspore: ...`` at its
 ``distribute`` step — counted and listed, never passed.
 """

@@ -1,4 +1,4 @@
-"""Command line: ``python -m meshtest`` (seed 000 §8.8).
+"""Command line: ``python -m meshtest`` (pytest-like local runs).
 
 Examples::
 
@@ -135,7 +135,8 @@ def _parser() -> argparse.ArgumentParser:
                                    "names an unknown ID")
     i.add_argument("manifest", help="file with one 'ID<TAB>feature' line per test-plan item")
     i.add_argument("files", nargs="+")
-    v = sub.add_parser("coverage", help="the capability domain x layer matrix of training cases (seed 001): "
+    v = sub.add_parser("coverage", help="the capability domain x layer matrix of training cases (the training "
+                                        "quality net): "
                                         "what runs on a platform, or what a run's results show")
     v.add_argument("manifest", help="file with one 'domain<TAB>description' line per capability domain")
     v.add_argument("files", nargs="+")

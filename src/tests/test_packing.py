@@ -132,7 +132,7 @@ def test_an_msrun_launch_costs_its_own_start_up():
 
     assert startup_s("cpu", 2, "msrun") == 16.0 and startup_s("cpu", 4, "msrun") == 20.0
     assert startup_s("cpu", 2, "msrun") > startup_s("cpu", 2)  # msrun's scheduler + cluster, not torchrun's
-    assert startup_s("npu", 8, "msrun") == startup_s("npu", 8)  # on Ascend: seed 000 §9.2's figure for both
+    assert startup_s("npu", 8, "msrun") == startup_s("npu", 8)  # Ascend: the old framework's figure
 
 
 def test_a_run_without_a_declared_need_holds_enough_slots_for_its_launches_at_once():

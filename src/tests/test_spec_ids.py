@@ -1,5 +1,5 @@
 """Test-plan ID coverage: the manifest parser, the coverage check, and the TP suite itself
-(every ID of seed 003 §8.2 listed in cases/torch/tp/seed003_ids.txt has a case, and no case
+(every ID of the TP test plan listed in cases/torch/tp/seed003_ids.txt has a case, and no case
 names an ID outside it)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Training cases (seed 001): the declaration rules, the static scan's cap:/layer: tags, the
+"""Training cases (the training quality net): the declaration rules, the static scan's cap:/layer: tags, the
 step-by-step comparison, the coverage matrix, and — end to end on torch — capabilities broken on
 purpose caught with a message naming the step, the quantity and the parameter."""
 from __future__ import annotations
@@ -167,7 +167,7 @@ def test_broken_capabilities_are_caught_naming_step_quantity_and_parameter(tmp_p
 
 
 def test_every_seed001_domain_has_mechanism_and_single_capability_cases():
-    """The capability table of cases/torch/training: every domain of seed 001 §1.1 (minus HSDP and
+    """The capability table of cases/torch/training: every capability domain of the training net (minus HSDP and
     torch.compile) has a layer-1 and a layer-2 case (python -m meshtest coverage)."""
     from meshtest.model.scan import scan_case_file
     from meshtest.platforms.torch_gloo import TorchGlooBackend
@@ -186,7 +186,7 @@ def test_every_seed001_domain_has_mechanism_and_single_capability_cases():
         "\n".join(format_coverage(cov))
     assert len(cov.cells_in("covered")) == 30
     assert len(cov.domains) == 17 and "hsdp" not in cov.domains
-    # layers 3 and 4 (seed 001 §4.4, §4.5): the table's eleven combinations touch these domains,
+    # layers 3 and 4 of the training net: the table's eleven combinations touch these domains,
     # and long runs or resumes exist for every domain but DTensor random ops
     combined = {d for d in cov.domains if cov.cells.get((d, 3))}
     assert {"shard", "tp", "fsdp", "pp", "cp", "ac", "swap", "dcp", "resume", "clip_grad", "init"} <= combined

@@ -1,12 +1,13 @@
-"""Seed 003 §8.2 class A (A1–A12): the fail-closed behaviour of the TP ParallelStyle API.
+"""The TP test plan, class A (A1–A12): the fail-closed behaviour of the TP ParallelStyle API.
 
 Each case provokes one misuse and asserts the exception type and the key words of its message
-(seed §8.2 A table and §9.3), or, for the two warning paths (A5, A12), the warning category and
+(the plan's class-A table and the plan's fail-closed list), or, for the two warning paths (A5, A12), the warning
+category and
 message AND that the module was left exactly as it was (parameters still plain ``nn.Parameter``
 with their original values, no forward hooks added). Cases that raise also check, where the
 misuse happens at apply time, that the module was not half-parallelised.
 
-Where torch 2.13 behaves differently from the seed (another exception type, a warning instead of
+Where torch 2.13 behaves differently from the TP plan (another exception type, a warning instead of
 an error, no error at all), the case asserts torch's actual behaviour and its ``divergence`` names
 both; the torch source that decides is cited in a comment (all under
 ``torch/distributed/tensor/``: ``parallel/api.py`` ``parallelize_module``, ``parallel/style.py``,
@@ -150,7 +151,8 @@ def _a2_sequence_parallel_on_2d_mesh(ctx):
     mesh = ctx.mesh
     assert mesh.ndim == 2, f"expected the 2-D (dp, tp) mesh, got ndim={mesh.ndim}"
     ctx.step("SequenceParallel on 2-D mesh")
-    # Seed 003 §4.2 / §9.3: a 2-D mesh must raise ValueError. torch 2.13 accepts it:
+    # the TP plan (parallelize_module's contract, the fail-closed list): a 2-D mesh must raise ValueError. torch 2.13
+    # accepts it:
     # SequenceParallel._replicate_module_fn calls DTensor.from_local(param, mesh, [Replicate()])
     # (parallel/style.py), which never checks len(placements) == mesh.ndim, leaving parameters
     # that break DTensor's own invariant (see the known_failure reason).
@@ -179,7 +181,8 @@ def _a2_prepare_input_on_2d_mesh(ctx):
     mesh = ctx.mesh
     assert mesh.ndim == 2, f"expected the 2-D (dp, tp) mesh, got ndim={mesh.ndim}"
     ctx.step("PrepareModuleInput on 2-D mesh")
-    # Seed 003 §4.2 / §9.3: ValueError. torch 2.13: PrepareModuleInput._apply only registers a
+    # the TP plan (parallelize_module's contract, the fail-closed list): ValueError. torch 2.13:
+    # PrepareModuleInput._apply only registers a
     # pre-hook and nothing checks the mesh (see the known_failure reason).
     lin = _linear(ctx, 8, 8)
     snap = _snapshot(lin)
@@ -558,7 +561,7 @@ register(ScenarioCase(
 # a forward hook the user registered on the Linear BEFORE parallelize_module (hooks run in
 # registration order, so it runs before the style's output hook).
 # torch: RowwiseParallel._prepare_output_fn (parallel/style.py) reads outputs.placements without
-# a type check, so a plain tensor gives AttributeError, not the seed's TypeError.
+# a type check, so a plain tensor gives AttributeError, not the TP plan's TypeError.
 
 _A10_DIVERGENCE = ("seed: RowwiseParallel's output hook raises TypeError when a Linear yields a non-DTensor "
                    "output; torch 2.13: AttributeError \"'Tensor' object has no attribute 'placements'\" "

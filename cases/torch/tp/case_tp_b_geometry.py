@@ -1,14 +1,15 @@
-"""Seed 003 §8.2 class B (B1–B9): parameter geometry after parallelize_module.
+"""The TP test plan, class B (B1–B9): parameter geometry after parallelize_module.
 
-Per seed §3.2 / §8.3.1, every case reads each parameter after parallelize_module and checks that it
+Per the shard-dim table / the plan's geometry check, every case reads each parameter after parallelize_module and
+checks that it
 is an ``nn.Parameter`` wrapping a DTensor, its ``placements`` and its ``to_local().shape``, and
 that the local shard holds exactly the slice of the full (pre-parallelize) weight that the
 placement names: for ``Shard(d)`` on a tp mesh of size ``n`` rank ``k`` holds
-``full.chunk(n, d)[k]`` (every sharded dim here divides evenly, seed §3.2), for ``Replicate()``
+``full.chunk(n, d)[k]`` (every sharded dim here divides evenly, the shard-dim table), for ``Replicate()``
 the whole tensor. The full weights are built identically on every rank (``torch.manual_seed``)
 and cloned BEFORE parallelize_module.
 
-B7/B8 check the two ``src_data_rank`` modes (seed §3.1): ``0`` scatters/broadcasts rank 0's
+B7/B8 check the two ``src_data_rank`` modes (the base-class contract): ``0`` scatters/broadcasts rank 0's
 weights (non-source ranks hold zeros, yet end with rank 0's slices), ``None`` slices locally with
 no communication (counted with CommDebugMode; a positive control with ``src_data_rank=0`` shows
 the counter does see the scatter/broadcast). B9 builds the module under ``torch.device("meta")``:
@@ -64,14 +65,15 @@ def _comm_total(comm):
     return sum(comm.get_comm_counts().values())
 
 
-# ---------------------------------------------------------------- B1 – B4 (seed §3.2, §3.4)
+# ---------------------------------------------------------------- B1 – B4 (the shard-dim table, the 2-card Colwise
+# example)
 
 def _b1_colwise_linear(ctx):
     api = ctx.api
     n = ctx.world_size
     api.torch.manual_seed(1)
     model = api.nn.Sequential()
-    model.add_module("proj", api.nn.Linear(32, 64, bias=True))  # seed §3.4: in=32, out=64
+    model.add_module("proj", api.nn.Linear(32, 64, bias=True))  # the 2-card Colwise example: in=32, out=64
     full = _fulls(model.proj)
     ctx.step("parallelize")
     api.parallelize_module(model, ctx.mesh, {"proj": api.ColwiseParallel()})
@@ -85,7 +87,7 @@ def _b2_rowwise_linear(ctx):
     n = ctx.world_size
     api.torch.manual_seed(2)
     model = api.nn.Sequential()
-    model.add_module("proj", api.nn.Linear(32, 24, bias=True))  # seed §3.4: in=32, out=24
+    model.add_module("proj", api.nn.Linear(32, 24, bias=True))  # the 2-card Colwise example: in=32, out=24
     full = _fulls(model.proj)
     ctx.step("parallelize")
     api.parallelize_module(model, ctx.mesh, {"proj": api.RowwiseParallel()})
@@ -162,7 +164,7 @@ def _b6_no_parallel_linear(ctx):
     lin = api.nn.Linear(16, 8)
     full = _fulls(lin)
     ctx.step("parallelize")
-    # seed §5.2: NoParallel(input_layout=Replicate(), desired_input_layout=Replicate(),
+    # the styles' constructor parameters: NoParallel(input_layout=Replicate(), desired_input_layout=Replicate(),
     # output_layout=Replicate(), use_local_output=True); defaults used here.
     api.parallelize_module(lin, ctx.mesh, api.NoParallel())
     ctx.step("check parameters")
@@ -200,7 +202,7 @@ def _mixed_plan(api):
 
 
 def _mixed_expectations(api, n):
-    """(module, param, placement, local shape) per seed §3.2 for :func:`_mixed_model`."""
+    """(module, param, placement, local shape) per the shard-dim table for :func:`_mixed_model`."""
     return [
         ("up", "weight", api.Shard(0), (32 // n, 16)),
         ("up", "bias", api.Shard(0), (32 // n,)),

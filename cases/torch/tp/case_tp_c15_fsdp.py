@@ -1,12 +1,13 @@
-"""Seed 003 §8.2 C15 (with §4.2 "mixed parallelism", §7.7, §8.3 item 5): TP then FSDP2 on a 2-D
+"""The TP test plan's C15 (with parallelize_module's contract "mixed parallelism", the plan's mixed-parallel order,
+the plan's verification question 5): TP then FSDP2 on a 2-D
 ("dp", "tp") mesh of 4 ranks, forward and backward against the single-device reference.
 
-The model is the §3.3 MLP ``down(relu(up(x)))`` (up: Linear(8, 16) ColwiseParallel, down:
+The model is the activation-communication table MLP ``down(relu(up(x)))`` (up: Linear(8, 16) ColwiseParallel, down:
 Linear(16, 8) RowwiseParallel). ``parallelize_module(model, mesh["tp"], plan)`` runs first, then
-``fully_shard(model, mesh=mesh["dp"])``, exactly the order §4.2 prescribes. The single-device
+``fully_shard(model, mesh=mesh["dp"])``, exactly the order parallelize_module's contract prescribes. The single-device
 reference is a deepcopy taken before either step, so it holds the same full weights.
 
-Parameters. After TP each parameter is a DTensor on the 1-D tp mesh with the §3.2 placement;
+Parameters. After TP each parameter is a DTensor on the 1-D tp mesh with the shard-dim table placement;
 after FSDP2 it must be a DTensor on the 2-D mesh whose tp entry is still that placement and whose
 dp entry shards tensor dim 0 (FSDP2 shards dim 0 of each TP-local shard; torch spells that
 ``_StridedShard(dim=0, split_factor=tp)`` for the Colwise parameters whose dim 0 is already
@@ -29,18 +30,19 @@ with the default ReduceOp.AVG (torch/distributed/fsdp/_fully_shard/_fsdp_collect
 dim is not part of that group). Hence the gathered gradient is
     grad W = (1/dp) * sum_d dL_d/dW = (1/dp) * dL_ref/dW,  L_ref = sum_d L_d = sum(f(X) * G),
 i.e. the reference gradient of the full-batch loss divided by dp (= 2). A gradient that FSDP summed
-instead of averaging, or that TP counted once per tp rank (the "gradient amplification" of §8.3
+instead of averaging, or that TP counted once per tp rank (the "gradient amplification" of the plan's verification
+questions
 item 5), would be 2x this and fails. Losses: every rank's L_d equals the reference's L_d, and the
 sum of L_d over the dp mesh equals L_ref.
 
-Tolerances: fp32, seed §9.4 rtol=1.5e-4, atol=1e-5 (the sharded path only reorders sums; the
+Tolerances: fp32, the plan's tolerance rule rtol=1.5e-4, atol=1e-5 (the sharded path only reorders sums; the
 1/dp average is exact in binary).
 """
 import copy
 
 from meshtest import ScenarioCase, register
 
-L1 = ("cpu_level1", "npu_level0", "npu_level1")  # seed 003 §8.2 E: C15 is must-run on 4 NPU cards
+L1 = ("cpu_level1", "npu_level0", "npu_level1")  # the TP test plan's priority E: C15 is must-run on 4 NPU cards
 MESH22 = (2, 2)
 DP_TP = ("dp", "tp")
 RTOL = 1.5e-4

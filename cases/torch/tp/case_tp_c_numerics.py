@@ -1,5 +1,5 @@
-"""Seed 003 §8.2 class C (C1–C14; C15 lives in case_tp_c15_fsdp.py): TP numerics on 2 ranks, and
-C6, C10, C12 on 4 ranks as well (the 4-card items of §8.2 E, at the end of the file), against a
+"""The TP test plan, class C (C1–C14; C15 lives in case_tp_c15_fsdp.py): TP numerics on 2 ranks, and
+C6, C10, C12 on 4 ranks as well (the 4-card items of the plan's 4-card priority, at the end of the file), against a
 single-device reference.
 
 Every case builds the full module once (``torch.manual_seed`` so every rank builds identical full
@@ -10,7 +10,7 @@ reference. Local results are gathered by their layout: a DTensor with ``.full_te
 for a ``Partial`` gradient is the all-reduce), a local tensor of known layout ``L`` with
 ``DTensor.from_local(t, mesh, [L]).full_tensor()``.
 
-Tolerances (seed §9.4): fp32 ``rtol=1.5e-4, atol=1e-5``; the C13 fp16/bf16 cases use the seed's
+Tolerances (the plan's tolerance rule): fp32 ``rtol=1.5e-4, atol=1e-5``; the C13 fp16/bf16 cases use the TP plan's
 low-precision row ``rtol=1e-3, atol=1e-3`` against the fp32 reference AND require the fp32-reduce
 error to be strictly below the plain low-precision reduce error. No tolerance is widened anywhere.
 
@@ -37,7 +37,7 @@ every rank, ``L_ref = sum(y_ref * G)`` the single-device loss; ``tp`` the mesh s
   ranks (torch returns it as a ``Partial`` DTensor grad; ``full_tensor()`` all-reduces it). A
   Replicate input used by a Colwise layer gets partial contributions ``G_r W_r`` that torch
   all-reduces in ``from_local``'s backward, so every rank's input grad is the full ``dL_ref/dx``.
-* §7.6 claim ("Rowwise weight grad gathered along dim 1 must be divided by tp_size"): checked in
+* the plan's gradient-scale claim ("Rowwise weight grad gathered along dim 1 must be divided by tp_size"): checked in
   ``tp_C2_rowwise_grad_scale_claim``. With the per-rank loss above (each rank calls backward on its
   own ``out.sum()``-style loss, as an ST does) the factor is 1, so the claim does not hold on torch.
   It holds only when the optimised objective is the SUM over ranks of per-rank losses,
@@ -45,12 +45,12 @@ every rank, ``L_ref = sum(y_ref * G)`` the single-device loss; ``tp`` the mesh s
   the weights, so ``L_sum = tp * L_ref`` and every gradient (weight, bias AND input) is ``tp``
   times the reference, while for Colwise shards ``L_sum = L_ref`` (factor 1). That case asserts
   both, with the factors derived here.
-* C13 backward: ``reduce_dtype`` only changes the forward reduction (§4.4: cast the Partial local
+* C13 backward: ``reduce_dtype`` only changes the forward reduction (the I/O hooks' contract: cast the Partial local
   tensor, then redistribute); the gradient reaching each rank's local matmul is the output
   gradient cast to the module dtype either way, so the grads of the reduce_dtype module must equal
-  those of the plain module (checked at the seed's low-precision tolerance, which leaves room for a
+  those of the plain module (checked at the TP plan's low-precision tolerance, which leaves room for a
   backward collective run in fp32). They are not compared with the fp32 reference: a bf16 weight
-  gradient alone carries relative rounding 2^-9 ~ 2e-3 > rtol 1e-3, and the seed gives no
+  gradient alone carries relative rounding 2^-9 ~ 2e-3 > rtol 1e-3, and the TP plan gives no
   low-precision gradient tolerance.
 """
 import copy
@@ -58,7 +58,7 @@ import copy
 from meshtest import ScenarioCase, register
 
 L1_NPU0 = ("cpu_level1", "npu_level0", "npu_level1")
-# Seed 003 §8.2 E: on CPU/gloo level0 runs the hooks that do not depend on HCCL — the
+# The TP plan's 4-card priority: on CPU/gloo level0 runs the hooks that do not depend on HCCL — the
 # PrepareModule* layout conversions (C10, C11, C12 on 2 ranks); the 4-card items (C6 backward,
 # C10, C12) are must-run on NPU, hence npu_level0.
 HOOKS_L0 = ("cpu_level0", "cpu_level1", "npu_level0", "npu_level1")
@@ -203,7 +203,8 @@ def _allclose(torch, a, b):
 
 
 def _c2_grad_scale_claim(ctx):
-    """Seed §7.6 / §9.4 claim: 'Rowwise weight grad, gathered along dim 1, divided by tp_size,
+    """the plan's gradient-scale claim / the plan's tolerance rule claim: 'Rowwise weight grad, gathered along dim 1,
+    divided by tp_size,
     equals the single-device grad'. Checked under two loss formations (derivations in the module
     docstring):
 
@@ -216,7 +217,7 @@ def _c2_grad_scale_claim(ctx):
        reduced by ``full_tensor()``). L_sum = tp * L_ref as a function of (W, b, x) -> every
        gradient is tp x reference: the claim holds for the weight, but equally for bias and input.
        Contrast: a Colwise Linear under the same summed formation (disjoint output shards,
-       L_sum = L_ref) -> factor 1, which is where the seed's 'Colwise direct, Rowwise / tp_size'
+       L_sum = L_ref) -> factor 1, which is where the TP plan's 'Colwise direct, Rowwise / tp_size'
        asymmetry comes from.
     """
     api = ctx.api
@@ -243,7 +244,8 @@ def _c2_grad_scale_claim(ctx):
                      label="A: input grad (factor 1)")
     claim_err_a = (wa / tp - ref.weight.grad).abs().max().item()
     claim_holds_a = _allclose(torch, wa / tp, ref.weight.grad)
-    ctx.note(f"A (per-rank loss): gathered/ref weight-grad ratio = factor 1; §7.6 rule (gathered / {tp}) "
+    ctx.note(f"A (per-rank loss): gathered/ref weight-grad ratio = factor 1; the plan's gradient-scale claim "
+             f"(gathered / {tp}) "
              f"leaves max abs error {claim_err_a:.3g} -> claim holds: {claim_holds_a}")
     assert not claim_holds_a, ("A: gathered Rowwise weight grad / tp_size matched the reference although it already "
                                "equals it")
@@ -276,7 +278,8 @@ def _c2_grad_scale_claim(ctx):
     api.DTensor.from_local(lc, ctx.mesh, [api.Partial()]).full_tensor().backward()
     (col_ref(x) * G).sum().backward()
     _check_param_grads(ctx, col, col_ref, factor=1.0, label="B colwise: ")
-    ctx.note(f"B (summed loss): Rowwise weight/bias/input grads = {tp} x reference (§7.6 division holds, "
+    ctx.note(f"B (summed loss): Rowwise weight/bias/input grads = {tp} x reference (the plan's gradient-scale "
+             "claim's division holds, "
              f"and applies to bias and input grads too); Colwise grads = 1 x reference")
 
 
@@ -286,7 +289,8 @@ register(ScenarioCase(
     mesh_shape=MESH2, mesh_dim_names=TP, tags=L1_NPU0,
     requires=("dtensor", "tp.styles"),
     spec_id="C2",
-    divergence="seed §7.6/§9.4: the Rowwise weight grad gathered along dim 1 must be divided by tp_size "
+    divergence="the plan's gradient-scale claim/the plan's tolerance rule: the Rowwise weight grad gathered along "
+               "dim 1 must be divided by tp_size "
                "before it equals the single-device grad; torch 2.13: when every rank back-propagates its own "
                "copy of the replicated loss (the ST's per-rank loss.backward()), the gathered grad already equals "
                "the single-device grad (the all-reduce's backward is the identity), so /tp_size is off by "
@@ -375,7 +379,7 @@ register(ScenarioCase(
 # ---------------------------------------------------------------- C5
 
 def _c5_rowwise_embedding(ctx):
-    """RowwiseParallel(input_layouts=Replicate()) Embedding(16, 8) — the embed_tokens plan of §1:
+    """RowwiseParallel(input_layouts=Replicate()) Embedding(16, 8) — the embed_tokens plan of the plan's model examples:
     weight Shard(0) (vocab rows), ids replicated; each rank looks up its vocab rows (others masked),
     the Partial result is all-reduced -> every rank's output = the full embedding. Backward:
     replicated output, every rank back-propagates its own copy of L = sum(y * G) -> weight grad
@@ -413,10 +417,11 @@ register(ScenarioCase(
 
 
 def _c5_rowwise_embedding_default_input(ctx):
-    """RowwiseParallel() with DEFAULT layouts on an Embedding. Seed §5.2/§4.4: input_layouts
+    """RowwiseParallel() with DEFAULT layouts on an Embedding. the styles' constructor parameters/the I/O hooks'
+    contract: input_layouts
     defaults to Shard(-1) and apply only changes desired_input_layouts to Replicate() for an
     Embedding, so a plain ids tensor is annotated Shard(-1) and all-gathered along its last dim
-    (the §3.2 table's 'default input Replicate()' is that desired layout). With the same (B, S)
+    (the shard-dim table's 'default input Replicate()' is that desired layout). With the same (B, S)
     ids on every rank, the module therefore embeds cat([ids] * tp, -1): output (B, tp*S, E).
     torch/distributed/tensor/parallel/style.py RowwiseParallel.__init__/_apply behave exactly so."""
     api = ctx.api
@@ -530,7 +535,7 @@ register(ScenarioCase(
 ))
 
 
-# ---------------------------------------------------------------- C8 (NoParallel: seed §5.2)
+# ---------------------------------------------------------------- C8 (NoParallel: the styles' constructor parameters)
 
 def _c8_no_parallel_linear(ctx):
     """NoParallel() Linear(16->8): parameters Replicate(), input Replicate, output Replicate local
@@ -722,7 +727,7 @@ register(ScenarioCase(
 def _c11_rowwise_partial_then_prepare_output(ctx):
     """RowwiseParallel(output_layouts=Partial(), use_local_output=False) keeps the Partial matmul
     result; PrepareModuleOutput(Partial -> Shard(0)) on the same module reduce-scatters it (the path
-    §4.4's reduce_dtype acts on). Same loss and derivation as the Replicate variant: factor 1."""
+    the I/O hooks' contract's reduce_dtype acts on). Same loss and derivation as the Replicate variant: factor 1."""
     _c11_common(ctx, 121, {"output_layouts": ctx.api.Partial(), "use_local_output": False}, ctx.api.Partial())
 
 
@@ -939,7 +944,7 @@ def _c14_check_norm(ctx, norm, ref, x, G, dim, use_local_output):
 def _c14_qwen_qnorm(ctx):
     """Qwen q_norm: RMSNorm(head_dim=8) on q of shape (B=2, S=3, n_heads=4, head_dim=8) whose head
     dim 2 is sharded by the Colwise q_proj; SequenceParallel(sequence_dim=2, use_local_output=True)
-    as in the Qwen3.5 plan (§1)."""
+    as in the Qwen3.5 plan (the plan's model examples)."""
     api = ctx.api
     torch, nn = api.torch, api.nn
     torch.manual_seed(114)
@@ -991,9 +996,9 @@ register(ScenarioCase(
 
 
 # ================================================================ 4 ranks
-# Seed 003 §8.2 class C numerics on 4 ranks (mesh (4,) ("tp",)): C6 SequenceParallel LayerNorm
+# The TP test plan, class C numerics on 4 ranks (mesh (4,) ("tp",)): C6 SequenceParallel LayerNorm
 # forward+backward, C10 PrepareModuleInput -> Colwise Linear, C12 PrepareModuleInputOutput MLP block
-# (the 4-card items of §8.2 E). The 2-rank C cases are above.
+# (the 4-card items of the plan's 4-card priority). The 2-rank C cases are above.
 #
 # Every case builds the full module with ``torch.manual_seed`` (identical full weights and inputs on
 # every rank), deep-copies it as the single-device reference BEFORE ``parallelize_module``, and
@@ -1001,7 +1006,7 @@ register(ScenarioCase(
 # (a DTensor gradient with ``.full_tensor()``, which all-reduces a ``Partial`` gradient; a local
 # tensor of known layout ``L`` with ``DTensor.from_local(t, mesh, [L]).full_tensor()``).
 #
-# Tolerance: fp32 ``rtol=1.5e-4, atol=1e-5`` (seed §9.4), never widened.
+# Tolerance: fp32 ``rtol=1.5e-4, atol=1e-5`` (the plan's tolerance rule), never widened.
 #
 # Expected gradients: in all three cases the module output is sharded (Shard(1) sequence chunks or
 # Shard(-1) feature columns), and rank r back-propagates ``L_r = sum(y_r * G_r)`` over its own slice
@@ -1015,7 +1020,7 @@ register(ScenarioCase(
 #   hands it back as a ``Partial`` DTensor gradient, gathered by the all-reduce of ``full_tensor``).
 # * An input chunk that was all-gathered (Shard -> Replicate) receives, in backward, the
 #   reduce-scatter of the per-rank partial input grads -> its grad is the reference grad's chunk.
-# (The Replicate-output case and the seed §7.6 'divide Rowwise grads by tp_size' claim are derived
+# (The Replicate-output case and the plan's gradient-scale claim 'divide Rowwise grads by tp_size' claim are derived
 # and checked above.)
 
 

@@ -1,27 +1,29 @@
-"""Seed 003 §8.3 item 3: does the expected collective happen? Collective counts of TP styles.
+"""The TP plan's verification question 3: does the expected collective happen? Collective counts of TP styles.
 
-Each case counts the collectives one forward (and, where the seed's semantics force one, one
+Each case counts the collectives one forward (and, where the TP plan's semantics force one, one
 backward) issues, with ``CommDebugMode``, on a 1-D ``("tp",)`` mesh of 2 ranks. These are hooks
 that do not depend on HCCL, so they gate at level 0. The seed names no test ID for counting, so
-each case carries the spec_id of the closest §8.2 C item:
+each case carries the spec_id of the closest the TP test plan C item:
 
 - ``tp_comm_colwise_forward_none`` (C1): ColwiseParallel with a Replicate input needs no collective
   in forward (every rank multiplies the full input by its own weight rows; the output stays
   Shard(-1), use_local_output=True). Its backward needs exactly one all-reduce: the input gradient
   is a partial sum over the output-feature shards and must become the Replicate input's gradient.
 - ``tp_comm_rowwise_allreduce`` (C2): RowwiseParallel's default Replicate output turns the Partial
-  local matmul into a full output with exactly one all-reduce (§3.3) and nothing else. Backward
+  local matmul into a full output with exactly one all-reduce (the activation-communication table) and nothing else.
+  Backward
   needs none: the Replicate output gradient multiplies each rank's local in-feature slice.
 - ``tp_comm_rowwise_sp_reduce_scatter`` (C11: "Rowwise then change the output layout" is the
   closest item; the reduce-scatter is Rowwise's own output relayout, not a LayerNorm's as in C6):
-  RowwiseParallel(output_layouts=Shard(1)) — the sequence-parallel output of §3.3 — reduce-scatters
+  RowwiseParallel(output_layouts=Shard(1)) — the sequence-parallel output of the activation-communication table —
+  reduce-scatters
   the Partial output to Shard(1): exactly one reduce_scatter_tensor, no all-reduce.
 - ``tp_comm_mlp_one_allreduce`` (C3): a Colwise + relu + Rowwise MLP forward issues exactly one
   all-reduce (the Colwise output is already Shard(-1), the Rowwise input layout) and nothing else.
 
 Counts are read from ``get_comm_counts()``, whose keys are the ``torch.ops.c10d_functional``
 op packets (``api.funcol.all_reduce`` is the Python wrapper, not a key). Every case also checks the
-numbers against the single-device reference with the same full weights (fp32, seed §9.4:
+numbers against the single-device reference with the same full weights (fp32, the plan's tolerance rule:
 rtol=1.5e-4, atol=1e-5) so that a count cannot pass on a forward that computes the wrong thing;
 local outputs are gathered by their known layout with ``DTensor.from_local(...).full_tensor()``.
 """

@@ -1,16 +1,17 @@
-"""Seed 003 §8.2 class D: composed styles and business plans (D1–D5), 2 ranks on a ("tp",) mesh.
+"""The TP test plan, class D: composed styles and business plans (D1–D5), 2 ranks on a ("tp",) mesh.
 
 - D1 ``tp_D1_glob_every_layer``: a 3-layer model planned with the glob keys
   ``layers.*.mlp.gate_proj`` / ``up_proj`` (ColwiseParallel) and ``layers.*.mlp.down_proj``
-  (RowwiseParallel). Every layer's projections get the §3.2 placements; a decoy
+  (RowwiseParallel). Every layer's projections get the shard-dim table placements; a decoy
   ``layers.<i>.gate_proj`` (same leaf name, not under ``mlp``) and a root ``head`` stay plain
   parameters; forward and backward match the reference.
 - D2 ``tp_D2_root_colwise``: ``parallelize_module(linear, mesh, ColwiseParallel())`` — a single
   style on the root module: Shard(0) weight and bias, forward/backward as C1; the style object gets
-  the call's ``src_data_rank`` written into it (§4.2), checked with ``src_data_rank=None`` as well.
-- D3 ``tp_D3_qwen_block`` (the seed's common acceptance unit): a tiny Qwen-like decoder block,
+  the call's ``src_data_rank`` written into it (parallelize_module's contract), checked with ``src_data_rank=None``
+  as well.
+- D3 ``tp_D3_qwen_block`` (the TP plan's common acceptance unit): a tiny Qwen-like decoder block,
   RMSNorm (the Python implementation SequenceParallel supports) → attention → residual →
-  RMSNorm → SwiGLU MLP → residual, with the Qwen3.5 plan of §1: SequenceParallel norms,
+  RMSNorm → SwiGLU MLP → residual, with the Qwen3.5 plan of the plan's model examples: SequenceParallel norms,
   PrepareModuleInput(Shard(1) → Replicate) on ``self_attn`` and ``mlp``, Colwise q/k/v and
   gate/up, Rowwise o_proj/down_proj(output_layouts=Shard(1), use_local_output=False). The block
   input is a Shard(1) DTensor (what Qwen's Rowwise embed_tokens hands it). Plain softmax attention
@@ -25,7 +26,8 @@
   norms (replicated parameters, Replicate input and output), attention/MLP with default
   Colwise/Rowwise (Replicate in and out), a replicated plain input. torch 2.13 has no NoParallel
   (feature "tp.no_parallel"), so this case is reported unsupported there; it is written against
-  §5.2 (``input_layout``/``desired_input_layout``/``output_layout``, singular; ``use_local_output``
+  the styles' constructor parameters (``input_layout``/``desired_input_layout``/``output_layout``, singular;
+  ``use_local_output``
   default True).
 
 Gradients. Every rank evaluates the same scalar loss L: ``L = sum(Y * G)`` with ``G`` a fixed
@@ -37,11 +39,12 @@ collective, see tp_comm_rowwise_allreduce), a sharded one flows back to each ran
 partial sums (the input gradient of a Colwise layer, a replicated norm weight seen by a sequence
 shard) are reduced when the gradient is gathered. So every gathered gradient — Colwise Shard(0),
 Rowwise Shard(1), replicated biases and norm weights (``full_tensor()`` reduces a Partial grad) —
-must equal the reference ∇L itself, with no division by tp_size. The seed's §7.6/§9.4 "Rowwise
+must equal the reference ∇L itself, with no division by tp_size. The plan's gradient-scale claim/the plan's tolerance
+rule "Rowwise
 gradient divided by tp_size" is its NPU ST's convention and does not hold for this loss; a
 gradient tp_size times too large would fail here.
 
-Tolerances: fp32 throughout, seed §9.4 rtol=1.5e-4, atol=1e-5 (measured errors are ~1e-6 or less:
+Tolerances: fp32 throughout, the plan's tolerance rule rtol=1.5e-4, atol=1e-5 (measured errors are ~1e-6 or less:
 the sharded path only reorders sums).
 """
 import copy
@@ -400,7 +403,7 @@ def _d5_noparallel_norm(ctx):
         "self_attn.v_proj": api.ColwiseParallel(),
         "self_attn.o_proj": api.RowwiseParallel(),
         "post_attention_layernorm": api.NoParallel(input_layout=R, desired_input_layout=R, output_layout=R,
-                                                   use_local_output=True),  # §5.2 defaults, spelled out
+                                                   use_local_output=True),  # the constructor's defaults, spelled out
         "mlp.gate_proj": api.ColwiseParallel(),
         "mlp.up_proj": api.ColwiseParallel(),
         "mlp.down_proj": api.RowwiseParallel(),

@@ -1,4 +1,4 @@
-"""Layer 0 (seed 001 §4.1): the pure logic under the capabilities, checked in one process with no
+"""Layer 0 of the training quality net: the pure logic under the capabilities, checked in one process with no
 collective — pipeline schedule plans, redistribute plans, the DCP save plan, the clip-grad
 formula, the mixed-precision policy, meta-init rules and state_dict key rules. A 1-rank launch
 runs without torchrun (the runner starts the rank itself).

@@ -1,4 +1,4 @@
-"""Layer 1 (seed 001 §4.2): the PyTorch mechanisms the parallel capabilities rely on, guarded
+"""Layer 1 of the training quality net: the PyTorch mechanisms the parallel capabilities rely on, guarded
 one by one. Not "does training look right" but "do the hooks, callbacks and lifecycles happen
 where the capabilities assume": a hook that stops firing, fires through ``forward()``, or fires
 at another time is caught here, by name, before any numeric test could blame a capability.

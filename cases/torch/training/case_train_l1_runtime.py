@@ -1,4 +1,4 @@
-"""Layer 1 (seed 001 §4.2), the runtime mechanisms under communication, pipelines, resume, RNG,
+"""Layer 1 of the training quality net, the runtime mechanisms under communication, pipelines, resume, RNG,
 mixed precision, context parallel, MoE dispatch and symmetric memory.
 
 Where torch 2.13 on CPU/gloo cannot run a mechanism (context parallel's attention kernel,

@@ -1,4 +1,4 @@
-"""Layer 2 (seed 001 §4.3), the capabilities that change memory and lifecycles, not layouts:
+"""Layer 2 of the training quality net, the capabilities that change memory and lifecycles, not layouts:
 each trains against the plain model and must change nothing in loss, gradients, parameters or
 optimizer state.
 

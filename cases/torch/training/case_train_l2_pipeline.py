@@ -1,4 +1,4 @@
-"""Layer 2 (seed 001 §4.3), pipeline parallel: each schedule torch 2.13 ships trains a 4-block
+"""Layer 2 of the training quality net, pipeline parallel: each schedule torch 2.13 ships trains a 4-block
 :func:`~cases.torch.training.models.stack` cut into stages over 2 ranks, against the whole model
 trained on one device: the last stage's loss, and every stage's gradients and parameters by
 fully-qualified name (each rank compares the blocks it holds), step by step.

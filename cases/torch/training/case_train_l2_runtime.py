@@ -1,4 +1,4 @@
-"""Layer 2 (seed 001 §4.3): communication, DTensor, declarative layouts, expert parallel,
+"""Layer 2 of the training quality net: communication, DTensor, declarative layouts, expert parallel,
 context parallel, symmetric memory, distributed checkpoint and resume — each as one capability
 trained (or saved and restored) against its single-device baseline.
 

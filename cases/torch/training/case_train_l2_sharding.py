@@ -1,4 +1,4 @@
-"""Layer 2 (seed 001 §4.3), the sharding capabilities, each against its single-device baseline:
+"""Layer 2 of the training quality net, the sharding capabilities, each against its single-device baseline:
 loss, every parameter's gathered gradient, every parameter after the step and the optimizer
 state agree, step by step.
 

@@ -1,4 +1,4 @@
-"""Layer 3 (seed 001 §4.4): capabilities combined, each trained against its single-device
+"""Layer 3 of the training quality net: capabilities combined, each trained against its single-device
 baseline step by step (loss, gathered gradients, parameters after the step, optimizer state),
 plus the combination's own lifecycle assertion where the table has one.
 

@@ -1,10 +1,10 @@
-"""Layer 4 (seed 001 §4.5), resume across processes: each case trains in phases, each later phase
+"""Layer 4 of the training quality net, resume across processes: each case trains in phases, each later phase
 a launch of its own (new processes: nothing in memory survives from the phase before; phase 1
 may be the first case of another launch), and a later phase loads the
 checkpoint the one before saved (DCP: model and optimizer; the LR scheduler, each rank's RNG
 state and the data position beside it).
 
-The check is the seed's: resume is judged by the continuity of the trajectory. From phase 2
+The check is the training net's: resume is judged by the continuity of the trajectory. From phase 2
 on, each rank also trains the same parallel configuration without a stop, from step 0, and the
 resumed steps must equal it — exactly on CPU (loss, gradients, parameters, optimizer state),
 as Megatron compares the second half of a resumed run with a continuous one; and every phase

@@ -1,4 +1,4 @@
-"""Layer 4 (seed 001 §4.5), long runs: each capability (and TP+FSDP) trains a small model for 300
+"""Layer 4 of the training quality net, long runs: each capability (and TP+FSDP) trains a small model for 300
 steps — plain, TP, FSDP2 (also with bfloat16 mixed precision, with clip-grad, and materialized
 from meta), PP, AC, swap, hand-written DDP, DTensor data parallel, a layout plan at the root,
 expert parallel; context parallel and symmetric memory, which report unsupported on CPU/gloo like

@@ -1,4 +1,4 @@
-"""The declarative model: what a case file declares (seed 000 §3.1, "声明模型" and "注册发现").
+"""The declarative model: what a case file declares (the declaration model and its discovery).
 
 - :mod:`.spec` — ``OpShardCase``, ``ScenarioCase``, ``InputSpec``, ``DerivedSpec``, ``CompareSpec``
 - :mod:`.placement` — ``Shard(d)``, ``Replicate()``, ``Partial(op)``

@@ -5,7 +5,7 @@ Case files describe how each input is laid out on the DeviceMesh with these
 descriptors; a :class:`meshtest.platforms.backend.ShardBackend` maps them to its platform's
 own placement types (for torch: ``torch.distributed.tensor.Shard`` and friends).
 One placement is given per *mesh* dimension, never per tensor dimension
-(seed 000 §8.4: placement tuple length == mesh ndim).
+(the placement rule: placement tuple length == mesh ndim).
 
 They are declarations, not the platform's objects: handed to the platform inside a case's
 ``fn`` (``x.redistribute(mesh, [Shard(0)])``), any attribute the platform asks of them raises an

@@ -12,15 +12,15 @@ from typing import Any, Optional, Sequence, Tuple
 
 from ..errors import CaseDeclarationError
 
-#: Gate tags, ``{platform}_{level}`` (seed 000 §8.5). ``*_level0`` gates are PR gates
+#: Gate tags, ``{platform}_{level}`` (the gate rules). ``*_level0`` gates are PR gates
 #: (fail-fast); ``*_level1`` gates are extended regressions (collect every failure);
-#: ``*_nightly`` gates are long runs (seed 001 §4.5: stability over hundreds of steps), which
+#: ``*_nightly`` gates are long runs (the training net's layer 4: stability over hundreds of steps), which
 #: no level0/level1 selection picks.
 #: ``*_faults`` marks the fault-injection package (cases/faults): selected only by name.
-#: ``cpu_level*`` are Torch CPU (gloo) gates, as seed 000 §8.5 defines them; MindSpore on CPU
-#: (msrun over ``mccl``, which the seed's gates do not name: its MindSpore runs on Ascend) has
-#: gates of its own, ``cpu_ms_level0/1``, so the Torch CPU job's selection stays what the seed
-#: says. ``npu_level*`` select Torch and MindSpore on Ascend alike (seed 000 §8.5), ``cuda_level*``
+#: ``cpu_level*`` are Torch CPU (gloo) gates, as the gate rules define them; MindSpore on CPU
+#: (msrun over ``mccl``, which the gate rules do not name: its MindSpore runs on Ascend) has
+#: gates of its own, ``cpu_ms_level0/1``, so the Torch CPU job's selection stays what the gate rules
+#: says. ``npu_level*`` select Torch and MindSpore on Ascend alike (the gate rules), ``cuda_level*``
 #: Torch on CUDA (nccl).
 GATE_TAGS = ("cpu_level0", "cpu_level1", "cpu_nightly", "npu_level0", "npu_level1", "npu_nightly", "cpu_faults",
              "npu_faults", "cpu_ms_level0", "cpu_ms_level1", "cuda_level0", "cuda_level1", "cpu_local")
@@ -221,9 +221,9 @@ def check_expected_placements(file: str, case: str, mesh_shape: Tuple[int, ...],
 FEATURES = {
     "dtensor": "DeviceMesh, DTensor, distribute_tensor, redistribute, Shard/Replicate/Partial",
     "tp.styles": "ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput, "
-                 "PrepareModuleOutput, PrepareModuleInputOutput and parallelize_module (seed 003 §5)",
-    "tp.no_parallel": "the NoParallel style (seed 003 §5.2)",
-    "tp.reduce_dtype": "reduce_dtype= on RowwiseParallel and PrepareModuleOutput (seed 003 §4.4)",
+                 "PrepareModuleOutput, PrepareModuleInputOutput and parallelize_module (the TP plan's styles)",
+    "tp.no_parallel": "the NoParallel style (in the TP plan's constructor parameters)",
+    "tp.reduce_dtype": "reduce_dtype= on RowwiseParallel and PrepareModuleOutput (the TP plan's I/O hooks)",
     "comm_debug_mode": "counting collectives per kind while a block runs (CommDebugMode)",
     "fsdp2": "fully_shard over a DeviceMesh (FSDP2)",
     "loss_parallel": "cross-entropy on a vocabulary-sharded logits DTensor (loss_parallel)",
@@ -262,7 +262,7 @@ def check_requires(file: str, case: str, requires: Any) -> Tuple[str, ...]:
     return tuple(requires)
 
 
-#: Capability domains of distributed training a case can cover (seed 001 §1.1; HSDP and
+#: Capability domains of distributed training a case can cover (the training net's capability domains; HSDP and
 #: torch.compile are out of its scope). Build targets are tagged ``cap:<domain>``.
 CAPABILITIES = {
     "comms": "process groups, collectives, P2P, mesh slicing",
@@ -283,7 +283,7 @@ CAPABILITIES = {
     "rng": "distributed random numbers and seed management",
     "mixed_precision": "mixed precision policy",
 }
-#: The layers of seed 001 §3.2: 0 pure logic, 1 PyTorch mechanism guards, 2 single capability vs
+#: The five layers of the training quality net: 0 pure logic, 1 PyTorch mechanism guards, 2 single capability vs
 #: a single-device baseline, 3 combinations, 4 long runs, resume and regressions.
 LAYERS = (0, 1, 2, 3, 4)
 
@@ -301,10 +301,11 @@ def check_capabilities(file: str, case: str, value: Any) -> Tuple[str, ...]:
 
 
 def check_layer(file: str, case: str, value: Any) -> Optional[int]:
-    """Rule ``layer``: ``None`` or one of :data:`LAYERS` (seed 001 §3.2)."""
+    """Rule ``layer``: ``None`` or one of :data:`LAYERS` (the training net's five layers)."""
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value in LAYERS):
         return value
-    raise CaseDeclarationError(file, case, "layer", f"layer must be one of {LAYERS} (seed 001 §3.2); got {value!r}")
+    raise CaseDeclarationError(file, case, "layer",
+                               f"layer must be one of {LAYERS} (the training net's five layers); got {value!r}")
 
 
 def check_spec_id(file: str, case: str, spec_id: Any) -> Optional[str]:
@@ -331,7 +332,7 @@ LOCAL_LANE_GATE = "cpu_level0"
 
 def runs_locally(kind: str, layer: Optional[int], phased: bool, simulation_limit: Optional[str]) -> bool:
     """Whether the one-process lane can run a case: an op case without a declared
-    ``simulation_limit``, or a layer-0 scenario (seed 001 §4.1: logic checked with no
+    ``simulation_limit``, or a layer-0 scenario (the training net's layer 0: logic checked with no
     collective). Scenarios of other layers and training cases need real ranks (process groups
     of their own, checkpoints, hooks on collectives); phased cases need a real stop."""
     if phased or simulation_limit is not None:
@@ -389,11 +390,11 @@ def normalised_dim_names(ndim: int) -> Tuple[str, ...]:
 
 
 def world_size(mesh_shape: Sequence[int]) -> int:
-    """Number of ranks a mesh needs: ``prod(mesh_shape)`` (seed 000 §3.4)."""
+    """Number of ranks a mesh needs: ``prod(mesh_shape)`` (one rank per mesh device)."""
     return math.prod(mesh_shape)
 
 
-#: Layers whose training cases have a golden loss curve in the repository (seed 001 §4.5:
+#: Layers whose training cases have a golden loss curve in the repository (the training net's layer 4:
 #: regressions pinned to the platform release; ``tools/golden_curves.py`` records them).
 GOLDEN_LAYERS = (2, 3)
 #: How every note of the golden-curve check starts (``meshtest.rank.train.check_golden``): a

@@ -54,7 +54,7 @@ class ScannedCase:
     spec_id: Optional[str] = None
     #: capability domains the case covers (:data:`meshtest.model.rules.CAPABILITIES`)
     capabilities: Tuple[str, ...] = ()
-    #: its layer of seed 001 §3.2 (0-4), or ``None``
+    #: its layer of the training quality net (0-4), or ``None``
     layer: Optional[int] = None
     #: a training case with phases (``TrainCase(phases=...)``): every phase's (mesh shape, axis
     #: names), phase 1 first; ``()`` for a case that runs in one launch

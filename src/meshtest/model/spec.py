@@ -1,4 +1,4 @@
-"""The declarative model: what to test, not how to launch it (seed 000 §8.1–8.4).
+"""The declarative model: what to test, not how to launch it (the declaration rules).
 
 A case file registers :class:`OpShardCase` objects; the runner plans them into launches and
 each rank runs the pipeline ``build → (derive) → reference → distribute → run → gather →
@@ -24,7 +24,7 @@ from .scan import ScannedCase
 #: Platform-agnostic dtype names. bfloat16 has no NumPy type: it is built as float32 and
 #: the backend casts it (so its values are the float32 values rounded to bfloat16).
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool")
-#: Input initialisers (seed 000 §8.2).
+#: Input initialisers (the InputSpec fields).
 INITS = ("randn", "uniform", "ones", "zeros", "arange")
 
 #: The float dtypes (``randn``, ``requires_grad`` and non-finite checks apply to these).
@@ -131,7 +131,7 @@ class DerivedSpec:
 
     Use it for values that depend on global information (e.g. an attention statistic over
     the full Q/K): computing them on each rank's shard would change their meaning
-    (seed 000 §3.3). The case's ``fn`` receives primary inputs then derived inputs, in order.
+    (the process model). The case's ``fn`` receives primary inputs then derived inputs, in order.
 
     :param fn: ``fn(*full_primary_inputs) -> tensor``, run on every rank with identical inputs.
     :param placements: one placement per mesh dimension for the derived tensor.
@@ -431,8 +431,8 @@ class ScenarioCase(_Case):
     :param requires: platform features the scenario needs (names in
         :data:`meshtest.model.rules.FEATURES`). On a platform that lacks one, the case is reported
         ``unsupported`` naming the missing features: counted and listed separately, never a pass.
-    :param spec_id: ID of the test-plan item the case implements (e.g. ``"A6"`` of seed 003
-        §8.2); reports print a table by ID.
+    :param spec_id: ID of the test-plan item the case implements (e.g. ``"A6"`` of the TP test
+        plan); reports print a table by ID.
     :param divergence: set when the platform's behaviour differs from the spec's expectation
         and the case asserts the platform's actual, documented behaviour instead. Text states
         both behaviours; a passing case is reported ``pass`` and listed as a divergence.
@@ -442,7 +442,7 @@ class ScenarioCase(_Case):
     :param expect_raises: as :class:`OpShardCase`; without a step, at any ``ctx.step``.
     :param capabilities: training capability domains the scenario guards
         (:data:`meshtest.model.rules.CAPABILITIES`); targets get ``cap:<domain>`` tags.
-    :param layer: its layer of seed 001 §3.2 (e.g. ``1`` for a PyTorch mechanism guard).
+    :param layer: its layer of the training quality net (e.g. ``1`` for a PyTorch mechanism guard).
     """
 
     name: str

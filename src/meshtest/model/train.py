@@ -1,5 +1,5 @@
 """Training cases: a capability under test, trained for a few steps, against a single-device
-baseline of the same declaration (seed 001 §4.3; the declarative form of torchtitan's
+baseline of the same declaration (the training net's layer 2; the declarative form of torchtitan's
 integration tests and Megatron's functional tests).
 
 A :class:`TrainCase` says *what* to train — a seeded model builder, seeded data, a loss, an
@@ -90,7 +90,7 @@ class Phase:
 
 @dataclass(frozen=True)
 class Stability:
-    """A long run (seed 001 §4.5, layer 4): the parallelized model trains ``TrainCase.steps``
+    """A long run (the training net's layer 4): the parallelized model trains ``TrainCase.steps``
     steps — no per-step baseline comparison (over hundreds of steps float32 re-association
     drifts past any per-step tolerance; the point is the run) — and must:
 
@@ -159,7 +159,7 @@ class TrainCase(_Case):
     :param mesh_dim_names: real axis names (the capability reads them).
     :param tags: gate tags. :param capabilities: capability domains covered
         (:data:`meshtest.model.rules.CAPABILITIES`); targets are tagged ``cap:<domain>``.
-    :param layer: seed 001 §3.2 layer (2: single capability, 3: combination, 4: resume/long run).
+    :param layer: layer of the training quality net (2: single capability, 3: combination, 4: resume/long run).
     :param requires: platform features needed (e.g. ``fsdp2``); missing → ``unsupported``.
     :param spec_id: a test-plan ID. :param known_failure: as op cases (xfail/xpass).
     :param divergence: the platform differs from the spec and the case asserts its behaviour.

@@ -1,5 +1,5 @@
-"""The parent side: one test process that selects, plans, launches and watches (seed 000
-§3.1 "套件规划" and "父进程调度"). It never imports a platform.
+"""The parent side: one test process that selects, plans, launches and watches (suite planning and
+the parent's scheduling). It never imports a platform.
 
 - :mod:`.planner` — select cases and group them into launches (``Group``)
 - :mod:`.runner` — the run: scan → select → plan → slots → launch groups → reports

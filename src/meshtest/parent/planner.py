@@ -1,4 +1,4 @@
-"""Suite planning: select cases and group them into launches (seed 000 §3.4, §8.6).
+"""Suite planning: select cases and group them into launches (one launch per mesh size, packed onto 8 device slots).
 
 One group is one launch of ``w`` ranks that runs its cases in a fixed order. Cases share a
 group when their meshes have the same number of ranks (``w = prod(mesh_shape)``), whatever
@@ -6,7 +6,8 @@ their shapes and axis names: every rank makes each case's mesh (its shape; its a
 ``d0, d1, ...`` when the names are labels only) once per launch, in plan order, over the same
 ranks (:func:`meshtest.rank.entry.run_plan`). So ``(2, 2)`` and ``(4,)`` op cases, a 2-rank
 ``tp`` scenario and a 2-rank ``dp`` training case share their launches: on a device node a
-launch's start-up (HCCL initialisation) costs more than dozens of cases (seed 000 §9.2), and
+launch's start-up (HCCL initialisation) costs more than dozens of cases (the measured HCCL start-up of the old
+framework), and
 ``tools/packing_model.py`` measures what each launch saved is worth. ``solo_launcher=True``
 cases get a group of their own.
 
@@ -120,7 +121,8 @@ def plan_groups(cases: Iterable[ScannedCase], first: Collection[str] = ()) -> Li
     Order is deterministic: groups by (world size, solo case name), then the later phases by
     (file, line); cases inside a group by (file, line), phase-1 cases first. A group's
     ``mesh_shape`` is its first case's (the launch's first mesh). Every rank of a launch reads
-    the same plan file, so all ranks run the same cases in the same order (seed 000 C2).
+    the same plan file, so all ranks run the same cases in the same order (ranks of a launch run their cases in one
+    order, or a collective deadlocks).
     ``first`` (``--ff``): case IDs that go first in their group (after its phase-1 cases), and
     the groups holding one go first.
     """
@@ -322,8 +324,8 @@ def simulate_schedule(groups: Sequence[Group], slots: int, cost: Callable[[Group
 #: launch to first case on the project's 2-core machines (WORKSPACE-notes.md, "Batching"): one
 #: rank, started by the runner, imports torch itself (4.4 s); more, forked by
 #: :mod:`meshtest.rank.torch_launcher` after one import, 4.2 / 4.6 / 4.2 s for 2 / 4 / 8
-#: (``MESHTEST_RANK_START=spawn``, torchrun itself: 5.6 / 9.7 / 17.5 s); ``npu``: seed 000
-#: §9.2, the one-launch-per-case framework took 158 s for 6 cases on Torch NPU (hccl), so a
+#: (``MESHTEST_RANK_START=spawn``, torchrun itself: 5.6 / 9.7 / 17.5 s); ``npu``: the old
+#: one-launch-per-case framework, measured, took 158 s for 6 cases on Torch NPU (hccl), so a
 #: launch's start-up is about 26.3 s.
 LAUNCH_STARTUP_S: Dict[str, Dict[Optional[int], float]] = {
     "cpu": {1: 4.4, 2: 4.2, 4: 4.6, None: 4.2},
@@ -446,7 +448,7 @@ def tag_clause_matches(clause: str, tags: Sequence[str]) -> bool:
 
 
 def gate_is_fail_fast(tag_filters: Sequence[str]) -> bool:
-    """Whether a run selected by these ``--tag`` clauses is a fail-fast gate (seed 000 §8.5:
+    """Whether a run selected by these ``--tag`` clauses is a fail-fast gate (the gate rules:
     ``*_level0`` gates stop at the first failure, ``*_level1`` gates collect every failure):
     true when some positive clause names only level0 gate tags, e.g. ``cpu_level0``."""
     for clause in tag_filters:

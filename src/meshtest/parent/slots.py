@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
-#: Default pool size: one 8-card node (seed 000 §8.6).
+#: Default pool size: one 8-card node (8-card packing).
 
 def default_slot_dir() -> str:
     """``$MESHTEST_SLOT_DIR``, else ``~/.cache/meshtest/slots``."""

@@ -1,4 +1,4 @@
-"""Platforms behind the ``ShardBackend`` port (seed 000 §3.1 "后端适配", §3.4).
+"""Platforms behind the ``ShardBackend`` port (backend adapters, one per deployment).
 
 - :mod:`.backend` — the ``ShardBackend`` port and the platform registry (imports no platform)
 - :mod:`.torch_gloo` — ``TorchGlooBackend``: torch.distributed.tensor on CPU over gloo

@@ -115,7 +115,7 @@ class TrainSnapshot:
 
 
 class ShardBackend(ABC):
-    """Port for one platform (seed 000 §8.3). One instance per rank process."""
+    """Port for one platform (the platform port). One instance per rank process."""
 
     #: platform name case targets declare (``meshtest_cases(platform=...)``).
     platform: str = ""

@@ -1,4 +1,4 @@
-"""``MindSporeBackend``: MindSpore ranks started by msrun (seed 000 §3.4, §8.3 "MindSpore").
+"""``MindSporeBackend``: MindSpore ranks started by msrun (the MindSpore deployment of the platform port).
 
 Runs on ``cpu`` (MindSpore's ``mccl`` communication: AllReduce with ``sum``, AllGather and
 Broadcast have CPU kernels in MindSpore 2.10; ReduceScatter and AllReduce with another reduce op
@@ -9,7 +9,7 @@ What runs:
 - **scenario cases** (``ScenarioCase``) with ``requires=("collectives",)``: ``ctx.api.comm``
   holds the collectives on each rank's plain tensors (:class:`Collectives`), ``ctx.api.ms`` /
   ``ops`` / ``mint`` / ``Tensor`` the MindSpore namespaces;
-- **op cases** (``OpShardCase``) through the DTensor API seed 000 §8.3 names for MindSpore —
+- **op cases** (``OpShardCase``) through the DTensor API the framework design names for MindSpore —
   HyperParallel's ``distribute_tensor`` / ``DTensor.full_tensor`` — when ``hyper_parallel``
   imports. MindSpore 2.10 itself has no public DTensor, and HyperParallel is not on PyPI: without
   it an op case is reported ``unsupported on platform mindspore: ...`` at its ``distribute``
@@ -42,7 +42,7 @@ _MS = {"float16": ms.float16, "bfloat16": ms.bfloat16, "float32": ms.float32, "f
        "int32": ms.int32, "int64": ms.int64, "uint8": ms.uint8, "bool": ms.bool_}
 _NAMES = {str(v): k for k, v in _MS.items()}
 
-#: The module seed 000's MindSpore cases import their DTensor API from.
+#: The module the framework design's MindSpore cases import their DTensor API from.
 HYPER_PARALLEL = "hyper_parallel"
 
 
@@ -202,7 +202,8 @@ class MindSporeBackend(ShardBackend):
 
     def _require_dtensor(self) -> Any:
         if self._hp is None:
-            raise Unsupported(f"no DTensor API: MindSpore {ms.__version__} has none of its own, and seed 000's "
+            raise Unsupported(f"no DTensor API: MindSpore {ms.__version__} has none of its own, and the framework "
+                              "design's "
                               f"(HyperParallel's distribute_tensor / full_tensor) is missing: {self._hp_missing}")
         return self._hp
 

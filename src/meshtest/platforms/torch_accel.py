@@ -1,5 +1,5 @@
 """torch.distributed.tensor on an accelerator: Ascend NPUs over hccl (:class:`TorchHcclBackend`,
-seed 000 §3.4 "Torch Ascend") and CUDA GPUs over nccl (:class:`TorchNcclBackend`).
+the Torch Ascend deployment) and CUDA GPUs over nccl (:class:`TorchNcclBackend`).
 
 The DTensor side is :class:`meshtest.platforms.torch_gloo.TorchGlooBackend`'s; what differs is
 the device layer, reached only through torch's device-module interface (``torch.npu`` once

@@ -1,4 +1,4 @@
-"""The rank side: what each rank process of a launch runs (seed 000 §3.3, §8.7).
+"""The rank side: what each rank process of a launch runs (the rank's execution flow).
 
 - :mod:`.entry` — the process harness (``python -m meshtest.rank.entry --plan P``): streams,
   faulthandler, the end-of-case fence, fail-fast, exit codes

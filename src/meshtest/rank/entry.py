@@ -243,7 +243,7 @@ def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend
     backend.init(plan.device_kind, timeout_s=pg_timeout_s)
     if plan.mutant:
         backend.activate_mutant(plan.mutant)
-    if backend.world_size() != math.prod(plan.mesh_shape):  # nproc == prod(mesh_shape) (seed 000 §3.4)
+    if backend.world_size() != math.prod(plan.mesh_shape):  # nproc == prod(mesh_shape) (one rank per mesh device)
         raise RuntimeError(f"launch {plan.group_id} has {backend.world_size()} ranks but its mesh "
                            f"{plan.mesh_shape} needs {math.prod(plan.mesh_shape)}")
     meshes: Dict[tuple, Any] = {}

@@ -1,4 +1,4 @@
-"""The per-case pipeline on one rank, free of process concerns (seed 000 §3.3, §8.7).
+"""The per-case pipeline on one rank, free of process concerns (the rank's execution flow).
 
 An op case runs ``build → (derive) → reference → distribute → run → placement →
 output-metadata → gather → compare``, then ``backward`` when an input ``requires_grad``; a

@@ -1,4 +1,4 @@
-"""A training case on one rank: ``features → baseline → parallel → compare`` (seed 001 §4.3).
+"""A training case on one rank: ``features → baseline → parallel → compare`` (the training net's layer 2).
 
 The platform trains twice (:meth:`meshtest.platforms.backend.ShardBackend.train`): the plain
 model, then the parallelized one, on the same seeded weights and data. The comparison — what,
@@ -7,7 +7,8 @@ per step, in :data:`meshtest.model.train.QUANTITIES` order, every parameter by f
 name. A failure reads ``step 1 grads layers.0.weight: 3 of 16 elements outside rtol=1e-05
 atol=1e-06; max abs diff ...`` (the report adds the ranks).
 
-Three variations (seed 001 §4.5): one phase of a case that trains across launches
+Three variations (the training net's layer 4: long runs, resume, regressions): one phase of a case that trains across
+launches
 (:func:`run_phase`: save, stop, load, judged against the continuous run), a long run
 (:func:`run_stability`: finite values, bounded peak RSS, a curve per rank), and the golden loss
 curve every layer-2/3 case is compared with (:func:`check_golden`).

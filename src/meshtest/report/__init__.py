@@ -1,4 +1,4 @@
-"""Reporting (seed 000 §3.1 "报告聚合"): what a person or a CI browser reads.
+"""Reporting (report aggregation): what a person or a CI browser reads.
 
 - :mod:`.reporter` — report lines, closing summary, spec-ID table
 - :mod:`.results` — ``results.jsonl``: writing it, and reading the runs under ``dist/test`` (stdlib only)

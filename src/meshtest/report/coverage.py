@@ -1,8 +1,8 @@
-"""Capability coverage of training cases: the domain × layer matrix of seed 001.
+"""Capability coverage of training cases: the domain × layer matrix of the training quality net.
 
 Read statically from the case files (their ``capabilities``, ``layer`` and ``requires``), against
 a manifest of the domains (``cases/torch/training/seed001_domains.txt``, one
-``domain<TAB>description`` line each, ``#`` comments). Seed 001 §4: every domain needs mechanism
+``domain<TAB>description`` line each, ``#`` comments). The training net's layer rules: every domain needs mechanism
 guards (layer 1) and single-capability training checks (layer 2).
 
 A cell counts as covered only by what runs on the platform at hand, never by a case that
@@ -24,7 +24,7 @@ from ..model.scan import FileScan, ScannedCase
 from ..status import Status
 from .specids import read_tab_manifest
 
-#: The layers every domain must have a case in (seed 001 §3.4: mechanisms first, then single
+#: The layers every domain must have a case in (the training net's priorities: mechanisms first, then single
 #: capabilities).
 REQUIRED_LAYERS = (1, 2)
 

@@ -1,5 +1,5 @@
 """The report a person reads: one line per case, failures per group of ranks, the closing
-summary, and the spec-ID table (seed 000 §3.1 "Reporter").
+summary, and the spec-ID table (the Reporter).
 
 Statuses are :class:`meshtest.status.Status`; what fails a run is its predicates. Aggregation
 over ranks is the parent's (:func:`meshtest.parent.outcomes.aggregate`).

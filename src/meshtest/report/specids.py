@@ -1,7 +1,7 @@
 """Coverage of a test plan's IDs: the IDs a manifest lists versus the ``spec_id`` of scanned cases.
 
 A manifest is a text file with one ``ID<TAB>feature`` line per test-plan item (``#`` starts a
-comment), e.g. ``cases/torch/tp/seed003_ids.txt`` for seed 003 §8.2. Read statically (no case
+comment), e.g. ``cases/torch/tp/seed003_ids.txt`` for the TP test plan. Read statically (no case
 file is imported), so the check runs anywhere the scan runs.
 """
 from __future__ import annotations
