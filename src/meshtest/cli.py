@@ -18,6 +18,7 @@ Examples::
     python -m meshtest generate opinfo [--check]                        # cases from torch's OpInfo database
     python -m meshtest triage dist/test [--shrink]                      # their failures, grouped by signature
     python -m meshtest shrink FILE::CASE                                # a failing generated case made minimal
+    python -m meshtest repro FILE::CASE                                 # a standalone torchrun script of a case
 """
 from __future__ import annotations
 
@@ -212,6 +213,10 @@ def _strength_parsers(sub) -> None:
     t.add_argument("results", nargs="+", metavar="RESULTS", help="results.jsonl files or directories (dist/test)")
     t.add_argument("--manifests", default="", metavar="DIR", help="the manifests (default cases/torch/opinfo)")
     t.add_argument("--shrink", action="store_true", help="shrink one example of each group to a minimal failing case")
+    rp = sub.add_parser("repro", help="write a standalone script (torch and numpy only) that reproduces an op case "
+                                      "under torchrun: inputs, mesh, placements, the op, the comparison")
+    rp.add_argument("spec", metavar="FILE::CASE")
+    rp.add_argument("--out", default="", metavar="PATH", help="where the script goes (default repro_<case>.py)")
     k = sub.add_parser("shrink", help="shrink failing generated cases to minimal ones that fail the same way")
     k.add_argument("specs", nargs="+", metavar="FILE::CASE")
     k.add_argument("--out", default="", metavar="PATH", help="also write the original and minimal entries as JSON")
@@ -513,7 +518,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in ("run", "scan", "count", "list", "ids", "coverage", "coverage-ops", "mutate", "progress",
-                                "generate", "triage", "shrink", "-h", "--help"):
+                                "generate", "triage", "shrink", "repro", "-h", "--help"):
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
     try:
@@ -557,6 +562,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except BrokenPipeError:  # `... triage | head`
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 141
+    if args.command == "repro":
+        from .repro import cmd_repro
+
+        try:
+            return cmd_repro(args.spec, args.out)
+        except ValueError as e:
+            print(f"meshtest: {e}", file=sys.stderr)
+            return 2
     if args.command == "shrink":
         from .strength.shrink import cmd_shrink  # pants: no-infer-dep (torch's; one target holds the package)
 

@@ -359,6 +359,8 @@ class CaseOutcome:
     :ivar detail: notes the case attached (``ctx.note``), from the first rank that wrote any.
     :ivar diagnosis: for a case that timed out, what a re-run with collective checks found (e.g.
         which collective each rank entered).
+    :ivar kind: the case's kind from the static scan (``op``, ``scenario``, ``train``; ``""``
+        when the run did not know it, e.g. a file that failed its scan).
     """
 
     case: str
@@ -375,6 +377,7 @@ class CaseOutcome:
     divergence: str = ""
     detail: str = ""
     diagnosis: str = ""
+    kind: str = ""
 
     def __post_init__(self) -> None:
         _coerce_status(self)

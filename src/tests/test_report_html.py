@@ -16,7 +16,10 @@ def test_agreeing_ranks_share_one_error_block_and_failures_come_first(tmp_path):
             RankFailure(0, "fail", "compare", same.format(r=0)),
             RankFailure(1, "fail", "compare", same.format(r=1)),
             RankFailure(3, "error", "gather", f"RuntimeError: peer gone, see {out}/ranks/w4/rank3.log")]),
-        CaseOutcome("a_xfail", "cases/a.py", "w4", 4, "xfail", launch_dir="w4", known_failure="raises: it does"),
+        CaseOutcome("a_xfail", "cases/a.py", "w4", 4, "xfail", launch_dir="w4", known_failure="raises: it does",
+                    kind="op"),
+        CaseOutcome("s_xfail", "cases/a.py", "w2", 2, "xfail", launch_dir="w2", known_failure="raises: too",
+                    kind="scenario"),
     ]
     write_html_report(str(out / "report.html"), outcomes, notes=[f"artifacts in {out}/ranks"])
     html = (out / "report.html").read_text()
@@ -28,4 +31,6 @@ def test_agreeing_ranks_share_one_error_block_and_failures_come_first(tmp_path):
     assert html.index("<h2>cases/b.py</h2>") < html.index("<h2>cases/a.py</h2>")  # the failing file first
     assert html.index('id="failures"') < html.index('id="legend"') < html.index("<h2>cases/b.py</h2>")
     assert html.count('<li class="fail"><a href="#b_fail">cases/b.py::b_fail</a>') == 1
-    assert 'class="badge xfail">xfail: 1' in html and 'class="badge pass">pass: 1' in html
+    assert 'class="badge xfail">xfail: 2' in html and 'class="badge pass">pass: 1' in html
+    # a known failure of an op case says how to get its standalone script; a scenario has none
+    assert html.count("python -m meshtest repro ") == 1 and "python -m meshtest repro cases/a.py::a_xfail" in html

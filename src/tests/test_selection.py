@@ -74,13 +74,13 @@ def test_lf_runs_only_last_failures_and_all_when_there_were_none():
 
 def test_ff_puts_last_failures_first_in_their_launch_and_their_launch_first():
     cases = [scanned(f"c{i}", mesh_shape=(2,) if i < 3 else (4,), lineno=i) for i in range(5)]
-    groups = plan_groups(cases, first={cases[4].id, cases[2].id})
+    groups = plan_groups(cases, failed_first={cases[4].id, cases[2].id})
     assert [g.group_id for g in groups] == ["w2", "w4"]  # both hold a last failure: plan order
     assert [c.name for c in groups[0].cases] == ["c2", "c0", "c1"]
-    groups = plan_groups(cases, first={cases[4].id})
+    groups = plan_groups(cases, failed_first={cases[4].id})
     assert [g.group_id for g in groups] == ["w4", "w2"]
     assert [c.name for c in plan_groups(cases)[0].cases] == ["c0", "c1", "c2"]
-    local = plan_local_groups(cases, 2, first={cases[1].id})[0]
+    local = plan_local_groups(cases, 2, failed_first={cases[1].id})[0]
     assert [c.name for c in local.cases][:2] == ["c1", "c3"]
 
 

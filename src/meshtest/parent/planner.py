@@ -84,13 +84,13 @@ LANES = ("ranks", "local")
 lane_of = rules.lane_of
 
 
-def plan_local_groups(cases: Sequence[ScannedCase], parts: int, first: Collection[str] = ()) -> List[Group]:
+def plan_local_groups(cases: Sequence[ScannedCase], parts: int, failed_first: Collection[str] = ()) -> List[Group]:
     """The one-process lane's launch: one group ``local`` of every case, ordered by world size,
     largest first (the costliest simulations early, the cheap ones to even out the end), then
     file and line, so a worker switches its simulated world as rarely as possible; shared out at
     run time among ``min(parts, cases)`` worker processes (:class:`meshtest.rank.entry.CaseQueue`:
     a free worker takes the next case, so they end together whatever the cases cost). Cases whose
-    ID is in ``first`` (``--ff``: they failed last time) come before all others.
+    ID is in ``failed_first`` (``--ff``: they failed last time) come before all others.
 
     :raises SelectionError: a case the lane cannot run (:attr:`ScannedCase.runs_locally`) was selected.
     """
@@ -102,9 +102,9 @@ def plan_local_groups(cases: Sequence[ScannedCase], parts: int, first: Collectio
                              f"{len(refused)} such case(s) selected — select with --tag={rules.LOCAL_LANE_TAG}")
     if not cases:
         return []
-    first = set(first)
-    ordered = tuple(sorted(cases, key=lambda c: (c.id not in first, -c.world_size, c.name if c.solo_launcher else "",
-                                                 c.file, c.lineno)))
+    failed_first = set(failed_first)
+    ordered = tuple(sorted(cases, key=lambda c: (c.id not in failed_first, -c.world_size,
+                                                 c.name if c.solo_launcher else "", c.file, c.lineno)))
     return [Group("local", (1,), ("d0",), ordered, lane="local", workers=max(1, min(parts, len(ordered))))]
 
 
@@ -113,7 +113,7 @@ def _group_key(c: ScannedCase) -> tuple:
     return (c.world_size, solo)
 
 
-def plan_groups(cases: Iterable[ScannedCase], first: Collection[str] = ()) -> List[Group]:
+def plan_groups(cases: Iterable[ScannedCase], failed_first: Collection[str] = ()) -> List[Group]:
     """Group ``cases`` into launches: ``w<ranks>`` (``w4``), ``w<ranks>-solo-<case>``, and the
     later phases of phased cases (:func:`phase_groups`); phase 1 of a phased case is a case of
     the ``w<ranks>`` group of its world size, before the others.
@@ -123,8 +123,8 @@ def plan_groups(cases: Iterable[ScannedCase], first: Collection[str] = ()) -> Li
     ``mesh_shape`` is its first case's (the launch's first mesh). Every rank of a launch reads
     the same plan file, so all ranks run the same cases in the same order (ranks of a launch run their cases in one
     order, or a collective deadlocks).
-    ``first`` (``--ff``): case IDs that go first in their group (after its phase-1 cases), and
-    the groups holding one go first.
+    ``failed_first`` (``--ff``): case IDs that go first in their group (after its phase-1
+    cases), and the groups holding one go first.
     """
     buckets: Dict[tuple, List[ScannedCase]] = {}
     later: List[Group] = []
@@ -140,11 +140,12 @@ def plan_groups(cases: Iterable[ScannedCase], first: Collection[str] = ()) -> Li
         gid = f"w{ws}"
         if solo:
             gid += "-solo-" + "".join(ch if ch.isalnum() or ch in "_.-" else "_" for ch in solo)
-        members = tuple(sorted(buckets[key], key=lambda c: (c.phase is None, c.id not in first, c.file, c.lineno)))
+        members = tuple(sorted(buckets[key], key=lambda c: (c.phase is None, c.id not in failed_first, c.file,
+                                                                c.lineno)))
         shape = members[0].mesh_shape
         groups.append(Group(gid, shape, normalised_dim_names(len(shape)), members))
-    if first:
-        groups.sort(key=lambda g: not any(c.id in first for c in g.cases))
+    if failed_first:
+        groups.sort(key=lambda g: not any(c.id in failed_first for c in g.cases))
     return groups + later
 
 

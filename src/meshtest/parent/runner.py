@@ -396,8 +396,10 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
         finally:
             spec_ids = {c.id: c.spec_id for c in cases if c.spec_id}
             known = {c.id: c.known_failure.describe() for c in cases if c.known_failure}
+            kinds = {c.id: c.kind for c in cases}
             result.outcomes = [replace(o, spec_id=spec_ids.get(case_id(o.file, o.case), o.spec_id),
-                                       known_failure=known.get(case_id(o.file, o.case), ""))
+                                       known_failure=known.get(case_id(o.file, o.case), ""),
+                                       kind=kinds.get(case_id(o.file, o.case), o.kind))
                                for o in result.outcomes]
             if opts.slowest >= 0:
                 emit(reporter.slowest_lines(result.outcomes, opts.slowest))

@@ -754,6 +754,60 @@ class OpCall:
     def __call__(self, *tensors: Any) -> Any:
         return call(opinfos()[self.entry["op"]], sample_of(self.entry), tensors, self.entry.get("variant", ""))
 
+    def repro_source(self, name: str) -> str:
+        """Source of a function ``name(*tensors)`` that does what this call does, for a standalone
+        script (:mod:`meshtest.repro`): the OpInfo from torch's ``op_db``, the sample's non-tensor
+        arguments written out, its tensors taken in order, the variant's call (:func:`call`).
+
+        :raises ValueError: an argument whose ``repr`` does not read back (an object with no
+            literal spelling)."""
+        sample = sample_of(self.entry)
+        structure = "(" + ", ".join(_arg_source(x) for x in (sample.input, sample.args, sample.kwargs)) + ")"
+        variant = self.entry.get("variant", "")
+        if variant == "inplace":
+            result = "OP.inplace_variant(inp, *args, **kwargs)"
+        elif variant == "out":
+            result = "OP.op(inp, *args, **kwargs, out=torch.empty_like(OP.op(inp, *args, **kwargs)))"
+        else:
+            result = "OP.op(inp, *args, **kwargs)"
+        return (
+            "# torch's OpInfo database (torch.testing._internal: it needs `pip install expecttest`)\n"
+            "from torch.testing._internal.common_methods_invocations import op_db\n"
+            "from torch.utils._pytree import tree_flatten, tree_unflatten\n\n"
+            f"OP = next(o for o in op_db if o.name + ('.' + o.variant_test_name if o.variant_test_name else '') "
+            f"== {self.entry['op']!r})\n"
+            "T = object()  # where the sample holds a tensor (the case's inputs, in order)\n"
+            f"STRUCTURE = {structure}  # OpInfo {self.entry['op']!r}, {self.entry['dtype']} sample "
+            f"{self.entry['sample']}: (input, args, kwargs)\n\n\n"
+            f"def {name}(*tensors):\n"
+            "    leaves, spec = tree_flatten(STRUCTURE)\n"
+            "    it = iter(tensors)\n"
+            "    inp, args, kwargs = tree_unflatten([next(it) if x is T else x for x in leaves], spec)\n"
+            f"    return {result}\n")
+
+
+def _arg_source(x: Any) -> str:
+    """Python source of a sample argument with ``T`` for each tensor (:meth:`OpCall.repro_source`)."""
+    if isinstance(x, torch.Tensor):
+        return "T"
+    if isinstance(x, tuple) and not hasattr(x, "_fields"):
+        return "(" + "".join(_arg_source(v) + ", " for v in x) + ")"
+    if isinstance(x, list):
+        return "[" + ", ".join(_arg_source(v) for v in x) + "]"
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k!r}: {_arg_source(v)}" for k, v in x.items()) + "}"
+    text = repr(x)
+    try:
+        back = eval(text, {"torch": torch, "inf": float("inf"), "nan": float("nan")})  # noqa: S307 — our own repr
+    except Exception:  # noqa: BLE001 — no literal spelling
+        back = _NO_SPELLING
+    if back is _NO_SPELLING or not (back == x or (isinstance(x, float) and x != x)):
+        raise ValueError(f"a sample argument {text} ({type(x).__name__}) has no literal spelling")
+    return text
+
+
+_NO_SPELLING = object()
+
 
 def compare_of(out_dtypes: Sequence[str], nonfinite: bool = False, random_: bool = False,
                in_dtypes: Sequence[str] = ()) -> CompareSpec:

@@ -59,7 +59,8 @@ figure.curve{margin:4px 0} figcaption{font-size:11px}
 {% for row in rows %}
 <tr class="case {{ row.status }}" id="{{ row.case }}"><td>{{ row.status }}</td><td>{{ row.case }}
 {% if row.spec_id %} <small>[{{ row.spec_id }}]</small>{% endif %}
-{% if row.known_failure %}<br><small>known failure: {{ row.known_failure }}</small>{% endif %}
+{% if row.known_failure %}<br><small>known failure: {{ row.known_failure }}</small>
+{% if row.repro %}<br><small>reproduce it without meshtest: <code>{{ row.repro }}</code></small>{% endif %}{% endif %}
 {% if row.divergence %}<br><small class="divergence">divergence from spec: {{ row.divergence }}</small>{% endif %}
 {% for block in row.errors %}<div class="error-block"><b>rank(s) {{ block.ranks }}: {{ block.status }} at step
  {{ block.step }}</b><pre>{{ block.error }}</pre></div>{% endfor %}
@@ -151,6 +152,8 @@ def _row(o: CaseOutcome, max_ranks: int, artifacts_dir: str = "", roots: Sequenc
     return {**doc, "launch": o.launch_dir or o.group, "cells": cells, "errors": _error_blocks(o, roots),
             "detail": _relative(o.detail, roots), "diagnosis": _relative(o.diagnosis, roots),
             "known_failure": _relative(o.known_failure, roots),
+            # an op case's standalone script (meshtest.repro); scenario and training cases have none
+            "repro": f"python -m meshtest repro {o.file}::{o.case}" if o.known_failure and o.kind == "op" else "",
             "charts": charts(read_curves(artifacts_dir, o.case)) if artifacts_dir else []}
 
 
