@@ -63,7 +63,7 @@ def keyword_matcher(expression: str) -> Callable[[ScannedCase], bool]:
         or pytest cannot be imported.
     """
     try:
-        from _pytest.mark.expression import Expression  # pants: no-infer-dep (pytest's own -k parser)
+        from _pytest.mark.expression import Expression  # pytest's own -k parser (3rdparty/python/BUILD)
     except ImportError as e:  # the mindspore resolve
         raise SelectionError(f"-k {expression!r} needs pytest, which this environment lacks ({e})") from None
     try:
