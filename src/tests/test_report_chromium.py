@@ -43,6 +43,7 @@ CHROMIUM_TIMEOUT_S = 60
 SCREENSHOT_DIR = Path("extra-output")  # relative to the cwd: the sandbox root under Pants
 
 FAILING_TARGET = "cases.torch.case_faulty.py+1"  # a batch: named after its first file
+TRAINING_TARGET = "training-report"
 PASSING_TARGET = "cases.torch.case_sort.py"
 COMPARE_ERROR = ("AssertionError: Tensor-likes are not close!\n"
                  "Mismatched elements: 3 / 8 (37.5%)\n"
@@ -169,7 +170,7 @@ def _rank_files(run_dir: Path, launch: str, world_size: int, cases: List[CaseOut
 def _test_run(root: Path, name: str, outcomes: List[CaseOutcome]) -> Path:
     """One test run's directory as meshtest's runner leaves it under dist/test/."""
     run_dir = root / name
-    run_dir.mkdir(parents=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     launches: Dict[str, List[CaseOutcome]] = {}
     for o in outcomes:
         launches.setdefault(o.launch_dir, []).append(o)
@@ -193,6 +194,17 @@ def _artifacts(root: Path) -> None:
         CaseOutcome("sort_s0_mesh2", "cases/torch/case_sort.py", "w2-2", 2, "pass", slowest_s=0.35, slowest_rank=1,
                     launch_dir="w2-2"),
     ])
+    # a training case: its losses file, as meshtest.rank.train.run_train writes it
+    losses = root / TRAINING_TARGET / "cases" / "train_fsdp2_adam" / "losses_rank0.json"
+    losses.parent.mkdir(parents=True)
+    losses.write_text(json.dumps({"case": "train_fsdp2_adam", "losses": [2.3, 1.9, 1.7, 1.4, 1.3, 1.1],
+                                  "baseline": [2.3, 1.9, 1.6, 1.4, 1.25, 1.1],
+                                  "grad_norm": [4.0, 3.1, 2.5, 2.2, 1.9, 1.6],
+                                  "baseline_grad_norm": [4.0, 3.0, 2.6, 2.2, 1.8, 1.6]}))
+    # (its report alone, no results.jsonl: not a test run of the index)
+    write_html_report(str(root / TRAINING_TARGET / "report.html"), [
+        CaseOutcome("train_fsdp2_adam", "cases/torch/training/case_train_l2_sharding.py", "w2-2", 2, "pass",
+                    slowest_s=1.2, slowest_rank=0, kind="train")])
     # a Pants test's extra output: no results.jsonl, so not a test run of the index
     (root / "src.tests.test_scan.py").mkdir()
     (root / "src.tests.test_scan.py" / "notes.txt").write_text("not a test run\n")
@@ -329,8 +341,14 @@ def test_report_and_index_in_headless_chromium(tmp_path):
     assert "sandbox-link" not in pool_line
     assert "3 launch(es) over 32.0 s; slot-time in launches 52.3%" in pool_line
 
+    # a training case's row: its loss and grad norm per step, parallel against the single device
+    training = root / TRAINING_TARGET / "report.html"
+    train_dom = chromium.dom(training)
+    row = train_dom.split('id="train_fsdp2_adam"', 1)[1].split("</tr>", 1)[0]
+    assert row.count('class="curve train"') == 2 and row.count('data-series="single device"') == 2
+
     # screenshots, kept as test artifacts
-    shots = {"report-chromium.png": report, "index-chromium.png": index}
+    shots = {"report-chromium.png": report, "index-chromium.png": index, "report-training-chromium.png": training}
     for name, source in shots.items():
         chromium.screenshot(source, SCREENSHOT_DIR / name)
         _assert_png(SCREENSHOT_DIR / name, 1400, 900)

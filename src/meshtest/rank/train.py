@@ -52,7 +52,8 @@ class CaseFiles:
     """Where a training case keeps files on this rank.
 
     :ivar case_dir: the case's directory (``<cases_dir>/<case name>``): ``losses_rank<r>.json``
-        (every run), ``curve_rank<r>.json`` (long runs), ``checkpoints/`` (phases).
+        (every run: the parallel run's losses and grad norms per step and the single-device
+        baseline's), ``curve_rank<r>.json`` (long runs), ``checkpoints/`` (phases).
     :ivar golden: the case's stored golden curve, ``<case file's dir>/golden/<case name>.json``.
     :ivar source: the case file (named in the command that regenerates its golden curve).
     """
@@ -85,9 +86,10 @@ def run_train(case: TrainCase, backend: ShardBackend, mesh: Any, on_step: OnStep
         base = backend.train(case, mesh, parallel=False)
         steps.enter("parallel")
         par = backend.train(case, mesh, parallel=True, notes=notes)
-        if files is not None:
+        if files is not None:  # the report draws losses and grad norms against the baseline's
             _write(files.case_dir, f"losses_rank{backend.rank()}.json",
-                   {"case": case.name, "build": backend.build_info(), "losses": _losses(par)})
+                   {"case": case.name, "build": backend.build_info(), "losses": _losses(par),
+                    "baseline": _losses(base), "grad_norm": _grad_norms(par), "baseline_grad_norm": _grad_norms(base)})
         steps.enter("compare")
         compare_runs(case, base, par)
         if files is not None and case.layer in GOLDEN_LAYERS:
@@ -101,6 +103,11 @@ def run_train(case: TrainCase, backend: ShardBackend, mesh: Any, on_step: OnStep
 def _losses(snaps: List[TrainSnapshot]) -> List[Optional[float]]:
     """Per-step losses as Python floats (``repr`` round-trips a float32 value exactly)."""
     return [None if s.loss is None else float(np.float32(s.loss)) for s in snaps]
+
+
+def _grad_norms(snaps: List[TrainSnapshot]) -> List[Optional[float]]:
+    """Per-step total gradient norms (``clip_grad_norm``'s), ``None`` where a step has none."""
+    return [None if s.grad_norm is None else float(np.float32(s.grad_norm)) for s in snaps]
 
 
 def _write(directory: str, name: str, doc: Dict[str, Any]) -> None:

@@ -1,7 +1,12 @@
-"""Curves of long training runs for the HTML report: each rank's ``curve_rank<r>.json``
-(written by :func:`meshtest.rank.train.run_stability` in ``<artifacts>/cases/<case>/``) drawn as
-inline SVG polylines — loss per step and peak RSS per step, one line per rank — so a user looks
-at the run instead of reading 300 numbers. Stdlib only; the report template embeds the result.
+"""Curves of training cases for the HTML report, drawn as inline SVG polylines so a user looks
+at the run instead of reading numbers. Stdlib only; the report template embeds the result.
+
+- Long runs: each rank's ``curve_rank<r>.json`` (written by
+  :func:`meshtest.rank.train.run_stability` in ``<artifacts>/cases/<case>/``): loss per step and
+  peak RSS per step, one line per rank (:func:`charts`).
+- Every other training case: ``losses_rank<r>.json`` (:func:`meshtest.rank.train.run_train`):
+  the parallel run's loss and grad norm per step against the single-device baseline's, and the
+  committed golden curve where the case has one (:func:`training_charts`).
 """
 from __future__ import annotations
 
@@ -71,5 +76,59 @@ def charts(curves: Sequence[dict]) -> List[Chart]:
     out = [
         _chart("loss per step", [(c["rank"], c.get("loss", [])) for c in curves if any(c.get("loss", []))]),
         _chart("peak RSS per step, MiB", [(c["rank"], [kb / 1024 for kb in c.get("rss_kb", [])]) for c in curves]),
+    ]
+    return [c for c in out if c is not None]
+
+
+#: Colours of the labelled series of :func:`training_charts`, in order.
+SERIES_COLORS = {"parallel": "#d62728", "single device": "#1f77b4", "golden": "#2ca02c"}
+
+
+@dataclass(frozen=True)
+class LabelledChart:
+    """A chart of named series (``lines``: ``(label, colour, points)``)."""
+
+    title: str
+    low: float
+    high: float
+    lines: Tuple[Tuple[str, str, str], ...]
+
+
+def _labelled(title: str, series: Sequence[Tuple[str, Sequence[Optional[float]]]]) -> Optional[LabelledChart]:
+    series = [(label, values) for label, values in series if any(v is not None for v in values)]
+    finite = [v for _, values in series for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return None
+    low, high = min(finite), max(finite)
+    return LabelledChart(title, low, high, tuple((label, SERIES_COLORS[label], _points(values, low, high))
+                                                 for label, values in series))
+
+
+def read_losses(artifacts_dir: str, case: str) -> Optional[dict]:
+    """The first rank's ``losses_rank<r>.json`` of ``case`` that holds a loss (a pipeline's last
+    stage), or ``None``; unreadable files are skipped."""
+    for path in sorted(glob.glob(os.path.join(artifacts_dir, "cases", glob.escape(case), "losses_rank[0-9]*.json")),
+                       key=lambda p: int(re.search(r"losses_rank(\d+)\.json$", p).group(1))):
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if any(v is not None for v in doc.get("losses", [])):
+            return doc
+    return None
+
+
+def training_charts(losses: Optional[dict], golden: Optional[Sequence[Optional[float]]] = None) -> List[LabelledChart]:
+    """Loss per step (parallel, single device, and ``golden`` when given) and grad norm per step
+    (parallel vs single device, when the case clips) of one training case's ``losses`` document."""
+    if losses is None:
+        return []
+    out = [
+        _labelled("loss per step", [("parallel", losses.get("losses", [])),
+                                    ("single device", losses.get("baseline", [])),
+                                    ("golden", list(golden or []))]),
+        _labelled("grad norm per step", [("parallel", losses.get("grad_norm", [])),
+                                         ("single device", losses.get("baseline_grad_norm", []))]),
     ]
     return [c for c in out if c is not None]

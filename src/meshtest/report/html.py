@@ -7,19 +7,25 @@ its status, world size, launch group and slowest-rank time, and one error block 
 error (the ranks that agree on it named together, a rank that differs in a block of its own);
 each rank cell its status, the step it failed in, and links to that rank's log and JSONL
 (relative links, so the report reads from a CI artifact store or a local ``dist/`` without a
-server). Paths under the artifacts directory or the working directory (a Pants sandbox) are
-written relative. Rendered with Jinja2 (autoescaped); no scripts, no external assets.
+server). A training case's row draws its loss (and grad norm, when it clips) per step, the
+parallel run against the single-device baseline and its golden curve where one is committed;
+a long run's, each rank's loss and peak RSS (:mod:`.curves`). Paths under the artifacts
+directory or the working directory (a Pants sandbox) are written relative. Rendered with Jinja2
+(autoescaped); no scripts, no external assets.
 """
 from __future__ import annotations
 
+import glob
+import json
 import os
-from typing import Dict, List, NamedTuple, Sequence
+import re
+from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from jinja2 import Environment
 
 from ..contract import CaseOutcome
 from ..status import Status
-from .curves import HEIGHT, WIDTH, charts, read_curves
+from .curves import HEIGHT, WIDTH, charts, read_curves, read_losses, training_charts
 from .reporter import closing_line, counts, same_on_every_rank, spec_table
 
 _TEMPLATE = """<!doctype html>
@@ -46,9 +52,9 @@ figure.curve{margin:4px 0} figcaption{font-size:11px}
 {{ f.status }}{% if f.step %} at step {{ f.step }}{% endif %}{% if f.first %}: {{ f.first }}{% endif %}
 </li>{% endfor %}</ol>
 {% endif %}
-<table id="legend"><tr><th>verdict</th><th>meaning</th></tr>
+<details><summary>what each verdict means</summary><table id="legend"><tr><th>verdict</th><th>meaning</th></tr>
 {% for status, meaning in legend %}<tr><td class="{{ status }}">{{ status }}</td><td>{{ meaning }}</td></tr>{% endfor %}
-</table>
+</table></details>
 </section>
 {% for note in notes %}<div class="note">{{ note }}</div>{% endfor %}
 {% if spec_lines %}<h2>spec IDs</h2><pre id="spec-table">{{ spec_lines|join("\n") }}</pre>{% endif %}
@@ -64,6 +70,8 @@ figure.curve{margin:4px 0} figcaption{font-size:11px}
 {% if row.divergence %}<br><small class="divergence">divergence from spec: {{ row.divergence }}</small>{% endif %}
 {% for block in row.errors %}<div class="error-block"><b>rank(s) {{ block.ranks }}: {{ block.status }} at step
  {{ block.step }}</b><pre>{{ block.error }}</pre></div>{% endfor %}
+{% for phase, launch, logs in row.phase_logs %}<br><small class="phase-logs">phase {{ phase }} ({{ launch }}):
+{% for rank, log in logs %}<a href="{{ log }}">rank {{ rank }} log</a> {% endfor %}</small>{% endfor %}
 {% if row.detail %}<pre class="detail">{{ row.detail }}</pre>{% endif %}
 {% if row.diagnosis %}<pre class="diagnosis">diagnosis: {{ row.diagnosis }}</pre>{% endif %}
 {% for chart in row.charts %}<figure class="curve"><svg width="{{ size[0] }}" height="{{ size[1] }}"
@@ -73,6 +81,14 @@ figure.curve{margin:4px 0} figcaption{font-size:11px}
  stroke-width="1.2" points="{{ points }}"><title>rank {{ rank }}</title></polyline>{% endfor %}</svg>
 <figcaption>{{ chart.title }}: {{ "%.4g"|format(chart.low) }} to {{ "%.4g"|format(chart.high) }};
 ranks {% for rank, _ in chart.lines %}<span style="color:{{ colors[rank % 4] }}">{{ rank }}</span> {% endfor %}
+</figcaption></figure>{% endfor %}
+{% for chart in row.train_charts %}<figure class="curve train"><svg width="{{ size[0] }}" height="{{ size[1] }}"
+ viewBox="0 0 {{ size[0] }} {{ size[1] }}" role="img" aria-label="{{ chart.title }}">
+<rect width="100%" height="100%" fill="#fafafa" stroke="#bbb"/>
+{% for label, color, points in chart.lines %}<polyline class="series" data-series="{{ label }}" fill="none"
+ stroke="{{ color }}" stroke-width="1.5" points="{{ points }}"><title>{{ label }}</title></polyline>{% endfor %}</svg>
+<figcaption>{{ chart.title }}: {{ "%.6g"|format(chart.low) }} to {{ "%.6g"|format(chart.high) }};
+{% for label, color, _ in chart.lines %}<span style="color:{{ color }}">{{ label }}</span> {% endfor %}
 </figcaption></figure>{% endfor %}</td>
 <td>{{ row.world_size }}</td><td>{{ row.launch }}</td><td>{{ "%.3f"|format(row.slowest_s) }}</td>
 {% for cell in row.cells %}<td class="rank {{ cell.status }}">{{ cell.status }}
@@ -149,12 +165,45 @@ def _row(o: CaseOutcome, max_ranks: int, artifacts_dir: str = "", roots: Sequenc
             jsonl=f"{base}.jsonl" if base else "",
         ))
     doc = o.to_json()
+    long_run = charts(read_curves(artifacts_dir, o.case)) if artifacts_dir else []
+    train = [] if long_run or not artifacts_dir else training_charts(read_losses(artifacts_dir, o.case), _golden(o))
     return {**doc, "launch": o.launch_dir or o.group, "cells": cells, "errors": _error_blocks(o, roots),
+            "phase_logs": _phase_logs(o, artifacts_dir),
             "detail": _relative(o.detail, roots), "diagnosis": _relative(o.diagnosis, roots),
             "known_failure": _relative(o.known_failure, roots),
             # an op case's standalone script (meshtest.repro); scenario and training cases have none
             "repro": f"python -m meshtest repro {o.file}::{o.case}" if o.known_failure and o.kind == "op" else "",
-            "charts": charts(read_curves(artifacts_dir, o.case)) if artifacts_dir else []}
+            "charts": long_run, "train_charts": train}
+
+
+#: How the runner tells a phased case's earlier phases in its detail (meshtest.parent.outcomes.phase_chain)
+_PHASE_DONE = re.compile(r"phase (\d+)/\d+ \w+ in ([^;\s]+)")
+
+
+def _phase_logs(o: CaseOutcome, artifacts_dir: str) -> List[tuple]:
+    """``(phase, launch, [(rank, log link)])`` for each earlier phase of a phased case (the row's
+    rank cells link the last phase's), from the launches its detail names, as they lie on disk."""
+    out = []
+    for phase, launch in _PHASE_DONE.findall(o.detail):
+        if launch == o.launch_dir or not artifacts_dir:
+            continue
+        logs = sorted(glob.glob(os.path.join(artifacts_dir, "ranks", glob.escape(launch), "rank[0-9]*.log")),
+                      key=lambda p: int(re.search(r"rank(\d+)\.log$", p).group(1)))
+        if logs:
+            out.append((int(phase), launch, [(int(re.search(r"rank(\d+)\.log$", p).group(1)),
+                                              os.path.relpath(p, artifacts_dir)) for p in logs]))
+    return out
+
+
+def _golden(o: CaseOutcome) -> Optional[List[Optional[float]]]:
+    """The case's committed golden losses (``<case file's dir>/golden/<case>.json``, from the
+    working directory: the repository, or the Pants sandbox when the target depends on it)."""
+    path = os.path.join(os.path.dirname(o.file), "golden", f"{o.case}.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return list(json.load(f).get("losses", []))
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _failing_first(o: CaseOutcome) -> int:
