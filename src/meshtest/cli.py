@@ -510,6 +510,16 @@ def _dry_run(files: Sequence[str], opts) -> int:
     return 1 if errors else 0
 
 
+def _bad_input_exits_2(command) -> int:
+    """``command()``'s exit code; a ``ValueError`` (bad input: it names the file, the case and the
+    rule) is printed as one line and exits 2."""
+    try:
+        return command()
+    except ValueError as e:
+        print(f"meshtest: {e}", file=sys.stderr)
+        return 2
+
+
 def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)  # unwinds through the runner, which kills its launch
 
@@ -545,11 +555,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .model.generated import OPINFO_DIR
         from .strength.generate import cmd_generate  # pants: no-infer-dep (torch's; one target holds the package)
 
-        try:
-            return cmd_generate(args.out or OPINFO_DIR, args.op, args.nightly, args.check, default_dir=not args.out)
-        except ValueError as e:
-            print(f"meshtest: {e}", file=sys.stderr)
-            return 2
+        return _bad_input_exits_2(lambda: cmd_generate(args.out or OPINFO_DIR, args.op, args.nightly, args.check,
+                                                       default_dir=not args.out))
     if args.command == "triage":
         from .model.generated import OPINFO_DIR
         from .strength.triage import cmd_triage
@@ -565,18 +572,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command == "repro":
         from .repro import cmd_repro
 
-        try:
-            return cmd_repro(args.spec, args.out)
-        except ValueError as e:
-            print(f"meshtest: {e}", file=sys.stderr)
-            return 2
+        return _bad_input_exits_2(lambda: cmd_repro(args.spec, args.out))
     if args.command == "shrink":
         from .strength.shrink import cmd_shrink  # pants: no-infer-dep (torch's; one target holds the package)
 
-        try:
-            return cmd_shrink(args.specs, args.out)
-        except ValueError as e:
-            print(f"meshtest: {e}", file=sys.stderr)
-            return 2
+        return _bad_input_exits_2(lambda: cmd_shrink(args.specs, args.out))
     _parser().print_help()
     return 2
