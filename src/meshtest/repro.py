@@ -1,4 +1,4 @@
-"""A standalone reproduction of an op case: ``python -m meshtest repro FILE::CASE``.
+"""A standalone reproduction of an op or training case: ``python -m meshtest repro FILE::CASE``.
 
 What a user pastes into an upstream issue: one script that imports only torch and numpy,
 runnable with ``torchrun --nproc-per-node <world size> repro.py``. It builds the case's inputs
@@ -18,9 +18,15 @@ from its module — the file's functions, constants and ``import`` statements (n
 meshtest's) — found from the function's code; a generated case's op is its OpInfo, called on
 its sample's arguments (``fn.repro_source()``, :mod:`meshtest.platforms.torch_opinfo`).
 
-Only op cases (``OpShardCase``) on the torch platform; a custom ``CompareSpec.check``, an
-``expect_raises`` or output/gradient placement checks are not carried over (said in the script's
-header). Errors: ``ValueError`` naming the case and what cannot be exported.
+A training case (``TrainCase``) becomes its model, data, loss, plan, optimizer and scheduler as
+source (from the case file and the checkout's modules it imports: models, plans), the torch
+platform's ``api`` namespace imported name by name, and the torch backend's loop, run as the
+single-device baseline and in parallel, each step compared by the case's ``TrainCompare``
+(:func:`_train_script`); phased cases and long runs are not exported.
+
+Only the torch platform; a custom ``CompareSpec.check``, an ``expect_raises`` or
+output/gradient placement checks are not carried over (said in the script's header); scenario
+cases are not exported. Errors: ``ValueError`` naming the case and what cannot be exported.
 """
 from __future__ import annotations
 
@@ -37,17 +43,18 @@ import numpy as np
 
 from .model.local_input import LocalInput, assemble
 from .model.placement import Partial, Placement, Replicate, Shard, StridedShard
-from .model.registry import Registry, _module_name, load_case_file
+from .model.registry import Registry, load_case_file
 from .model.spec import OpShardCase, numpy_dtype
+from .model.train import QUANTITIES, TrainCase
 
 #: Arrays with at most this many elements are written as literals; larger ones as base64 ``.npy``
 LITERAL_ELEMENTS = 256
 
 
-def load_op_case(spec: str) -> Tuple[str, OpShardCase]:
-    """``FILE::CASE`` → (file, the registered case).
+def load_op_case(spec: str) -> Tuple[str, Any]:
+    """``FILE::CASE`` → (file, the registered op or training case).
 
-    :raises ValueError: no ``::``, no such file or case, or not an op case.
+    :raises ValueError: no ``::``, no such file or case, or neither an op nor a training case.
     """
     path, sep, name = spec.partition("::")
     if not sep or not name:
@@ -58,8 +65,9 @@ def load_op_case(spec: str) -> Tuple[str, OpShardCase]:
     if not found:
         raise ValueError(f"{path}: no case {name!r}")
     case = found[0]
-    if not isinstance(case, OpShardCase):
-        raise ValueError(f"{path}: case {name!r} is a {type(case).__name__}; repro exports op cases (OpShardCase)")
+    if not isinstance(case, (OpShardCase, TrainCase)):
+        raise ValueError(f"{path}: case {name!r} is a {type(case).__name__}; repro exports op cases (OpShardCase) "
+                         "and training cases (TrainCase)")
     return path, case
 
 
@@ -75,8 +83,11 @@ def _code_names(code: types.CodeType) -> Set[str]:
     return names
 
 
-def _imports_of(tree: ast.Module, source: str) -> Dict[str, str]:
-    """Name bound by each top-level import of the file → that import's statement (meshtest's left out)."""
+def _imports_of(path: str) -> Dict[str, str]:
+    """Name bound by each top-level import of the file at ``path`` → that import's statement
+    (meshtest's left out)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
     bound: Dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, ast.Import):
@@ -92,68 +103,111 @@ def _imports_of(tree: ast.Module, source: str) -> Dict[str, str]:
     return bound
 
 
-def _lambda_source(fn: types.FunctionType, tree: ast.Module, source: str) -> str:
+def _lambda_source(fn: types.FunctionType) -> str:
+    path = inspect.getsourcefile(fn) or ""
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
     line = fn.__code__.co_firstlineno
     args = list(fn.__code__.co_varnames[:fn.__code__.co_argcount])
-    hits = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and n.lineno == line
+    hits = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Lambda) and n.lineno == line
             and [a.arg for a in n.args.args] == args]
     if len(hits) != 1:
         raise ValueError(f"the lambda on line {line} cannot be told apart from {len(hits) - 1} other(s) on that line")
     return ast.get_source_segment(source, hits[0]) or ""
 
 
-def function_sources(fns: Sequence[Tuple[str, Any]], module: types.ModuleType,
-                     path: str) -> Tuple[List[str], List[str]]:
-    """(import statements, definitions) that make each ``(name, fn)`` callable as ``name`` in a
-    script: the file's functions and constants it reaches, its imports (never meshtest's).
+def _first_party(obj: Any, roots: Sequence[str]) -> bool:
+    """Defined in a file under one of ``roots`` (the checkout, the case file's directory), not in
+    an installed package."""
+    path = inspect.getsourcefile(obj) if isinstance(obj, (types.FunctionType, type)) else None
+    if not path:
+        return False
+    path = os.path.abspath(path)
+    return any(path.startswith(os.path.abspath(r) + os.sep) for r in roots) and "site-packages" not in path
 
-    :raises ValueError: ``fn`` uses something from meshtest, or a value that has no source.
+
+def function_sources(fns: Sequence[Tuple[str, Any]], roots: Sequence[str] = ()) -> Tuple[List[str], List[str]]:
+    """(import statements, definitions) that make each ``(name, fn)`` callable as ``name`` in a
+    script: the functions and classes of this checkout it reaches (the case file's, and those of
+    modules it imports from the checkout: the training cases' models and plans), their constants,
+    and the imports of installed packages they use (never meshtest's), each found from the code
+    that uses it (its global names, nested functions and classes included).
+
+    :param roots: directories whose files count as the checkout's (default: the working directory).
+    :raises ValueError: a function uses something from meshtest, a value with no source, or two
+        different objects under one name.
     """
-    with open(path, encoding="utf-8") as f:
-        source = f.read()
-    tree = ast.parse(source)
-    imports_of = _imports_of(tree, source)
+    roots = tuple(roots) or (os.getcwd(),)
     imports: List[str] = []
     defs: Dict[str, str] = {}
+    owners: Dict[str, Any] = {}
     aliases: List[str] = []
+    import_maps: Dict[str, Dict[str, str]] = {}
 
-    def need(name: str, value: Any, why: str) -> None:
-        if name in defs or name in imports_of and imports_of[name] in imports:
-            return
-        if name in imports_of:
-            imports.append(imports_of[name])
-            return
-        if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
-            if value.__name__ == "<lambda>":
-                defs[name] = f"{name} = {_lambda_source(value, tree, source)}"
-            else:
-                defs[name] = textwrap.dedent(inspect.getsource(value))
-            for dep in sorted(_code_names(value.__code__)):
-                if dep in module.__dict__ and dep != name:
-                    need(dep, module.__dict__[dep], f"{name} uses it")
-            return
-        if isinstance(value, (int, float, str, bool, type(None), tuple)) and _literal(value):
-            defs[name] = f"{name} = {value!r}"
+    def imports_in(fn: Any) -> Dict[str, str]:
+        path = inspect.getsourcefile(fn) or ""
+        if path not in import_maps:
+            import_maps[path] = _imports_of(path) if path.endswith(".py") else {}
+        return import_maps[path]
+
+    def define(name: str, value: Any, text: str) -> None:
+        if name in owners and owners[name] is not value:
+            raise ValueError(f"two different objects are named {name} (in {_where(owners[name])} and {_where(value)})")
+        owners[name] = value
+        defs[name] = text
+
+    def need(name: str, value: Any, user: Any, why: str) -> None:
+        if name in owners and owners[name] is value:
             return
         where = getattr(value, "__module__", "") or ""
         if where.split(".")[0] == "meshtest" or isinstance(value, types.ModuleType) and \
                 value.__name__.split(".")[0] == "meshtest":
             raise ValueError(f"{name} ({why}) comes from meshtest: a standalone script cannot use it")
+        if isinstance(value, (types.FunctionType, type)) and _first_party(value, roots):
+            real = value.__name__
+            if real == "<lambda>":
+                define(name, value, f"{name} = {_lambda_source(value)}")
+            else:
+                define(real, value, textwrap.dedent(inspect.getsource(value)))
+                if real != name:
+                    aliases.append(f"{name} = {real}")
+            code = value.__code__ if isinstance(value, types.FunctionType) else None
+            deps = _code_names(code) if code is not None else _class_names(value)
+            scope = value.__globals__ if code is not None else vars(inspect.getmodule(value))
+            for dep in sorted(deps):
+                if dep in scope and dep != real and not (dep.startswith("__") and dep.endswith("__")):
+                    need(dep, scope[dep], value, f"{real} uses it")
+            return
+        statement = imports_in(user).get(name)
+        if statement is not None:
+            imports.append(statement)
+            return
+        if isinstance(value, (int, float, str, bool, type(None), tuple)) and _literal(value):
+            define(name, value, f"{name} = {value!r}")
+            return
         raise ValueError(f"{name} ({why}) is a {type(value).__name__} with no source to copy")
 
     for name, fn in fns:
         own = getattr(fn, "repro_source", None)
         if own is not None:
-            text = own(name)
-            defs[name] = text
+            defs[name] = own(name)
             continue
         if not isinstance(fn, types.FunctionType):
             raise ValueError(f"{name} is a {type(fn).__name__}, not a function of the case file")
-        real = fn.__name__ if fn.__name__ != "<lambda>" else name
-        need(real, fn, "the case's function")
-        if real != name:
-            aliases.append(f"{name} = {real}")
+        need(name, fn, fn, "the case's function")
     return imports, list(defs.values()) + aliases
+
+
+def _class_names(cls: type) -> Set[str]:
+    names: Set[str] = set()
+    for value in vars(cls).values():
+        if isinstance(value, types.FunctionType):
+            names |= _code_names(value.__code__)
+    return names | {b.__name__ for b in cls.__bases__}
+
+
+def _where(obj: Any) -> str:
+    return getattr(obj, "__module__", "?")
 
 
 def _literal(value: Any) -> bool:
@@ -228,13 +282,13 @@ def script(spec: str) -> str:
 
     :raises ValueError: see :func:`load_op_case` and :func:`function_sources`.
     """
-    import sys
 
     path, case = load_op_case(spec)
-    module = sys.modules[_module_name(path)]
+    if isinstance(case, TrainCase):
+        return _train_script(path, case)
     fns = [("fn", case.fn)] + [(f"derived_{k}", d.fn) for k, d in enumerate(case.derived_inputs)]
     try:
-        imports, defs = function_sources(fns, module, path)
+        imports, defs = function_sources(fns, (os.getcwd(), os.path.dirname(os.path.abspath(path))))
     except ValueError as e:
         raise ValueError(f"{path}: case {case.name!r}: cannot export: {e}") from None
     if case.compare.kind == "check":
@@ -273,8 +327,61 @@ def script(spec: str) -> str:
         compare=(case.compare.kind, case.compare.rtol, case.compare.atol, case.compare.allow_nonfinite),
         grad_compare=(grad_spec.kind, grad_spec.rtol, grad_spec.atol, grad_spec.allow_nonfinite),
         outputs=None if case.compare_outputs is None else tuple(case.compare_outputs),
-        grad_seeds=[case.grad_seed(i) for i in range(16)], needs_mesh=bool(case.needs_mesh))
+        grad_seeds=[case.grad_seed(i) for i in range(16)], needs_mesh=bool(case.needs_mesh), compare_np=_COMPARE_NP)
     compile(body, f"repro of {case.name}", "exec")  # a script that does not parse is meshtest's bug
+    return body
+
+
+def _spec_tuple(spec: Any) -> Any:
+    return None if spec is None else (spec.kind, spec.rtol, spec.atol, spec.allow_nonfinite)
+
+
+def _train_script(path: str, case: TrainCase) -> str:
+    """The standalone script of a training case: its model, data, loss, plan, optimizer and
+    scheduler as source, the platform's ``api`` namespace imported, the loop of meshtest's torch
+    backend (zero_grad; per micro-batch: data, this rank's ``batch_split`` rows, the loss divided
+    by ``grad_accum``, backward; the loss averaged over the split axis; ``clip_grad_norm_``;
+    optimizer and scheduler steps) run as the single-device baseline and in parallel on every
+    rank, and each step's loss, grad norm, gradients, parameters and optimizer state compared by
+    the case's ``TrainCompare`` (the first difference printed, exit 1)."""
+    from .platforms.backend import load_backend
+
+    where = f"{path}: case {case.name!r}: cannot export"
+    for what, present in (("phases", bool(case.phases)), ("a long run (stability=)", case.stability is not None)):
+        if present:
+            raise ValueError(f"{where} {what}: only a single-launch training case")
+    for quantity in QUANTITIES:
+        got = case.compare.spec(quantity)
+        if got is not None and got.kind == "check":
+            raise ValueError(f"{where} a CompareSpec.check on {quantity}")
+    fns = [("model", case.model), ("data", case.data), ("loss", case.loss)] + [
+        (n, f) for n, f in (("parallelize", case.parallelize), ("optimizer", case.optimizer),
+                            ("scheduler", case.scheduler), ("train_step", case.train_step)) if f is not None]
+    try:
+        imports, defs = function_sources(fns, (os.getcwd(), os.path.dirname(os.path.abspath(path))))
+        api = load_backend("torch").repro_api_source()
+    except (ValueError, NotImplementedError) as e:
+        raise ValueError(f"{where}: {e}") from None
+    unset = "\n".join(f"{n} = None" for n in ("parallelize", "optimizer", "scheduler", "train_step")
+                      if n not in dict(fns))
+    names = case.mesh_dim_names or tuple(f"d{k}" for k in range(len(case.mesh_shape)))
+    world = int(np.prod(case.mesh_shape))
+    known = case.known_failure.describe() if case.known_failure is not None else ""
+    header = [f"Reproduction of meshtest training case {path}::{case.name}, standalone (torch and numpy only).",
+              "", f"    torchrun --nproc-per-node {world} <this file>", "",
+              f"Trains the model {case.steps} step(s) on one device and in parallel on a DeviceMesh "
+              f"{tuple(case.mesh_shape)} {tuple(names)},",
+              "then compares each step's loss, grad norm, gradients, parameters and optimizer state.",
+              "Exit 0 when every comparison holds, 1 on the first difference (or the run's own error)."]
+    if known:
+        header += ["", "meshtest's known failure for it: " + known]
+    body = _TRAIN_TEMPLATE.format(
+        header="\n".join(header), api=api, imports="\n".join(sorted(set(imports) - _TEMPLATE_IMPORTS)),
+        defs="\n\n".join(d.rstrip() for d in defs) + ("\n" + unset if unset else ""), compare=_COMPARE_NP,
+        mesh_shape=tuple(case.mesh_shape), names=tuple(names), steps=case.steps, grad_accum=case.grad_accum,
+        batch_split=case.batch_split, clip=case.clip_grad_norm, seed=case.seed(),
+        specs={q: _spec_tuple(case.compare.spec(q)) for q in QUANTITIES})
+    compile(body, f"repro of {case.name}", "exec")
     return body
 
 
@@ -293,6 +400,37 @@ def cmd_repro(spec: str, out: str) -> int:
 #: What the template imports itself (a case file's same import is not repeated)
 _TEMPLATE_IMPORTS = {"import base64", "import io", "import sys", "import numpy as np", "import torch",
                      "import torch.distributed as dist"}
+
+_COMPARE_NP = '''def compare_np(label, e, a, spec):
+    """meshtest's comparison of two arrays: shape, dtype, a finite reference, then equal or allclose."""
+    kind, rtol, atol, nonfinite = spec
+    if tuple(e.shape) != tuple(a.shape):
+        return f"{label}: shape {tuple(a.shape)} != reference shape {tuple(e.shape)}"
+    if e.dtype != a.dtype:
+        return f"{label}: dtype {a.dtype} != reference dtype {e.dtype}"
+    if kind == "shape":
+        return None
+    if e.dtype.kind in "fc" and not nonfinite and not np.isfinite(e).all():
+        return f"{label}: the reference holds NaN/Inf"
+    if kind == "equal":
+        bad = ~((e == a) | (np.isnan(e) & np.isnan(a) if e.dtype.kind in "fc" else False))
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            return (f"{label}: {int(bad.sum())} of {bad.size} elements differ; first at {idx} "
+                    f"(got {a[idx]}, expected {e[idx]})")
+        return None
+    close = np.isclose(a.astype(np.complex128 if e.dtype.kind == "c" else np.float64),
+                       e.astype(np.complex128 if e.dtype.kind == "c" else np.float64),
+                       rtol=rtol, atol=atol, equal_nan=nonfinite)
+    if not close.all():
+        diff = np.abs(a.astype(np.float64) - e.astype(np.float64)) if e.dtype.kind != "c" else np.abs(a - e)
+        diff = np.where(close, 0, np.nan_to_num(diff, nan=np.inf))
+        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape)) if diff.ndim else ()
+        return (f"{label}: {int((~close).sum())} of {close.size} elements outside "
+                f"rtol={rtol:g} atol={atol:g}; "
+                f"max abs diff {float(diff[idx]):g} at index {idx} (got {a[idx]}, expected {e[idx]})")
+    return None
+'''
 
 _TEMPLATE = '''#!/usr/bin/env python3
 """{header}
@@ -369,36 +507,15 @@ def numpy_of(t):
 
 
 def compare(label, want, got, spec):
-    """meshtest's comparison: shape, dtype, a finite reference, then equal or allclose."""
-    kind, rtol, atol, nonfinite = spec
+    """meshtest's comparison of two tensors: shape, dtype, then compare_np."""
     if tuple(want.shape) != tuple(got.shape):
         return f"{{label}}: shape {{tuple(got.shape)}} != reference shape {{tuple(want.shape)}}"
     if want.dtype != got.dtype:
         return f"{{label}}: dtype {{got.dtype}} != reference dtype {{want.dtype}}"
-    if kind == "shape":
-        return None
-    e, a = numpy_of(want), numpy_of(got)
-    if e.dtype.kind in "fc" and not nonfinite and not np.isfinite(e).all():
-        return f"{{label}}: the reference holds NaN/Inf"
-    if kind == "equal":
-        bad = ~((e == a) | (np.isnan(e) & np.isnan(a) if e.dtype.kind in "fc" else False))
-        if bad.any():
-            idx = tuple(int(i) for i in np.argwhere(bad)[0])
-            return (f"{{label}}: {{int(bad.sum())}} of {{bad.size}} elements differ; first at {{idx}} "
-                    f"(got {{a[idx]}}, expected {{e[idx]}})")
-        return None
-    close = np.isclose(a.astype(np.complex128 if e.dtype.kind == "c" else np.float64),
-                       e.astype(np.complex128 if e.dtype.kind == "c" else np.float64),
-                       rtol=rtol, atol=atol, equal_nan=nonfinite)
-    if not close.all():
-        diff = np.abs(a.astype(np.float64) - e.astype(np.float64)) if e.dtype.kind != "c" else np.abs(a - e)
-        diff = np.where(close, 0, np.nan_to_num(diff, nan=np.inf))
-        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape)) if diff.ndim else ()
-        return (f"{{label}}: {{int((~close).sum())}} of {{close.size}} elements outside "
-                f"rtol={{rtol:g}} atol={{atol:g}}; "
-                f"max abs diff {{float(diff[idx]):g}} at index {{idx}} (got {{a[idx]}}, expected {{e[idx]}})")
-    return None
+    return compare_np(label, numpy_of(want), numpy_of(got), spec)
 
+
+{compare_np}
 
 def main():
     dist.init_process_group("gloo")
@@ -447,6 +564,186 @@ def main():
         print(f"rank {{rank}}: every comparison holds", flush=True)
     dist.destroy_process_group()
     sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+_TRAIN_TEMPLATE = '''#!/usr/bin/env python3
+"""{header}
+"""
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
+
+{api}
+
+{imports}
+
+
+{defs}
+
+
+MESH_SHAPE = {mesh_shape!r}
+MESH_DIM_NAMES = {names!r}
+STEPS = {steps!r}
+GRAD_ACCUM = {grad_accum!r}
+BATCH_SPLIT = {batch_split!r}  # a mesh axis whose ranks take distinct row-chunks of each batch
+CLIP_GRAD_NORM = {clip!r}
+MODEL_SEED = {seed!r}
+COMPARE = {specs!r}  # per quantity: (kind, rtol, atol, NaN/Inf allowed) or None (not compared)
+WRAPPERS = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
+
+
+class Context:
+    """What parallelize and train_step get: the mesh, the api, this rank, a fresh-model builder."""
+
+    def __init__(self, mesh, rank, world_size, build):
+        self.mesh, self.api, self.rank, self.world_size, self.build = mesh, api, rank, world_size, build
+        self.notes, self.state, self.partial = [], {{}}, False
+
+    def note(self, text):
+        self.notes.append(str(text))
+
+
+def fqn(name):
+    for seg in WRAPPERS:
+        name = name.replace(seg, "")
+    return name
+
+
+def full(t):
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def np_of(t):
+    t = full(t).detach()
+    return (t.float() if t.dtype in (torch.float16, torch.bfloat16) else t).cpu().numpy().copy()
+
+
+def local(t):
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def seed_model():
+    import torch.distributed.tensor._random as dtensor_random
+
+    torch.manual_seed(MODEL_SEED)
+    dtensor_random._rng_tracker = None
+
+
+def train(mesh, parallel):
+    def build():
+        seed_model()
+        return model(api)
+
+    ctx = Context(mesh, dist.get_rank(), dist.get_world_size(), build)
+    net = build()
+    if parallel and parallelize is not None:
+        net = parallelize(net, ctx)
+    named = [(fqn(n), p) for n, p in net.named_parameters()]
+    opt = optimizer(net.parameters(), api) if optimizer is not None else torch.optim.SGD(net.parameters(), lr=0.1)
+    sched = scheduler(opt, api) if scheduler is not None else None
+    snaps = []
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        total = None
+        for micro in range(GRAD_ACCUM):
+            inputs, target = data(step * GRAD_ACCUM + micro, api)
+            inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+            if parallel and BATCH_SPLIT is not None:
+                k, n = mesh.get_local_rank(BATCH_SPLIT), mesh.size(mesh.mesh_dim_names.index(BATCH_SPLIT))
+                parts = tuple(t.chunk(n, dim=0)[k] for t in (*inputs, target))
+                inputs, target = parts[:-1], parts[-1]
+
+            def scaled(out, tgt):
+                return loss(out, tgt) / GRAD_ACCUM
+
+            if parallel and train_step is not None:
+                value = train_step(net, inputs, target, scaled, ctx)
+            else:
+                value = scaled(net(*inputs), target)
+                value.backward()
+            if value is not None:
+                value = full(value).detach().float()
+                total = value if total is None else total + value
+        if total is not None and parallel and BATCH_SPLIT is not None:
+            group = mesh.get_group(BATCH_SPLIT)
+            dist.all_reduce(total, group=group)
+            total = total / dist.get_world_size(group)
+        norm = None
+        if CLIP_GRAD_NORM is not None:
+            params = [p for _, p in named]
+            if not ctx.partial:
+                norm = np_of(torch.nn.utils.clip_grad_norm_(params, CLIP_GRAD_NORM))
+            else:  # a pipeline stage: the global norm over every rank's part
+                grads = [p.grad for p in params if p.grad is not None]
+                squared = torch.nn.utils.get_total_norm(grads).pow(2) if grads else torch.zeros(())
+                dist.all_reduce(squared)
+                torch.nn.utils.clip_grads_with_norm_(params, CLIP_GRAD_NORM, squared.sqrt())
+                norm = np_of(squared.sqrt())
+        grads = {{n: np_of(p.grad) for n, p in named if p.grad is not None}}
+        opt.step()
+        if sched is not None:
+            sched.step()
+        by_param = {{id(p): n for n, p in named}}
+        snaps.append({{
+            "loss": None if total is None else total.cpu().numpy(), "grad_norm": norm, "grads": grads,
+            "params": {{n: np_of(p) for n, p in named}},
+            "optim": {{f"{{by_param[id(p)]}}.{{k}}": np_of(v) for p, state in opt.state.items() if id(p) in by_param
+                      for k, v in state.items() if isinstance(v, torch.Tensor)}},
+            "partial": ctx.partial}})
+    return snaps
+
+
+{compare}
+
+def first_difference(base, par):
+    """meshtest's step-by-step comparison: the first difference, or None."""
+    for i, (b, p) in enumerate(zip(base, par)):
+        for quantity in ("loss", "grad_norm", "grads", "params", "optim"):
+            spec = COMPARE[quantity]
+            if spec is None:
+                continue
+            label = f"step {{i}} {{quantity}}"
+            if quantity in ("loss", "grad_norm"):
+                if p[quantity] is None and b[quantity] is not None and not p["partial"]:
+                    return f"{{label}}: the baseline has one, the parallel run none"
+                if p[quantity] is not None:
+                    if b[quantity] is None:
+                        return f"{{label}}: the parallel run has one, the baseline none"
+                    found = compare_np(label, np.asarray(b[quantity]), np.asarray(p[quantity]), spec)
+                    if found:
+                        return found
+                continue
+            extra = sorted(set(p[quantity]) - set(b[quantity]))
+            missing = sorted(set(b[quantity]) - set(p[quantity])) if not p["partial"] else []
+            if extra or missing:
+                return (f"{{label}}: names differ from the baseline: only in the parallel run {{extra}}, "
+                        f"only in the baseline {{missing}}")
+            for name in sorted(p[quantity]):
+                found = compare_np(f"{{label}} {{name}}", b[quantity][name], p[quantity][name], spec)
+                if found:
+                    return found
+    return None
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    mesh = init_device_mesh("cpu", MESH_SHAPE, mesh_dim_names=MESH_DIM_NAMES)
+    base = train(mesh, parallel=False)
+    par = train(mesh, parallel=True)
+    found = first_difference(base, par)
+    print(f"rank {{rank}}: {{found or 'every comparison holds'}}", flush=True)
+    dist.destroy_process_group()
+    sys.exit(1 if found else 0)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ def test_a_training_case_draws_its_losses_against_the_baseline_and_the_golden_cu
     case_dir = out / "cases" / "train_a"
     case_dir.mkdir(parents=True)
     (case_dir / "losses_rank1.json").write_text(json.dumps({"losses": [None, None, None]}))  # a first pipeline stage
+    (case_dir / "losses_rank0.phase1.json").write_text(json.dumps({"losses": [9.0]}))  # a phase's: not this chart
     (case_dir / "losses_rank0.json").write_text(json.dumps({
         "losses": [1.5, 1.25, 1.0], "baseline": [1.5, 1.2, 0.9], "grad_norm": [3.0, 2.0, 1.0],
         "baseline_grad_norm": [3.0, 2.1, 1.1]}))

@@ -1,6 +1,8 @@
 """``python -m meshtest repro``: the exported script imports no meshtest and, run under torchrun,
 fails as the case's known failure says (an op case's wrong values, a generated case's distinct
-Partial parts given rank by rank, an op that raises) and exits 0 for a passing case (~40 s)."""
+Partial parts given rank by rank, an op that raises, a training case that raises in its parallel
+run) and exits 0 for a passing op case and a passing training case; a training script whose
+parallel run drifts reports the step (~2 min)."""
 from __future__ import annotations
 
 import os
@@ -22,21 +24,34 @@ CASES = [
     ("cases/torch/opinfo/case_opinfo_pointwise.py::nanmean.float32.s0.m2x2.S0Psum", 1),  # per-rank Partial parts
     ("cases/torch/case_sdpa.py::sdpa_causal_batch_s0_mesh2", 1),  # the op raises
     ("cases/torch/case_sort.py::sort_dim1_s0_mesh2", 0),  # passes
+    # a training case: clip_grad_norm_ over TP and FSDP meshes raises in the parallel run
+    ("cases/torch/training/case_train_l3_combinations.py::clip_grad_fsdp_tp_mixed_meshes", 1),
+    ("cases/torch/training/case_train_l3_combinations.py::clip_grad_fsdp_tp_2d", 0),  # TP+FSDP+clip, passes
 ]
 
 
-@pytest.mark.parametrize("spec,code", CASES)
-def test_the_exported_script_fails_as_the_case_does(tmp_path, spec, code):
+def _export(tmp_path, spec):
     out = tmp_path / "repro.py"
     made = subprocess.run([sys.executable, "-m", "meshtest", "repro", spec, "--out", str(out)], cwd=REPO,
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC_ROOT}, timeout=300)
     assert made.returncode == 0, made.stderr[-3000:]
     text = out.read_text()
-    assert not re.search(r"^\s*(import|from)\s+meshtest", text, re.M)
+    assert not re.search(r"^\s*(import|from)\s+(meshtest|cases)\b", text, re.M)  # nor the checkout's modules
+    return out, text
+
+
+def _torchrun(tmp_path, script, text):
     world = int(re.search(r"--nproc-per-node (\d+)", text).group(1))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PEX_EXTRA_SYS_PATH")}
     ran = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
-                          str(out)], cwd=str(tmp_path), capture_output=True, text=True, env=env, timeout=300)
+                          str(script)], cwd=str(tmp_path), capture_output=True, text=True, env=env, timeout=300)
+    return ran, world
+
+
+@pytest.mark.parametrize("spec,code", CASES)
+def test_the_exported_script_fails_as_the_case_does(tmp_path, spec, code):
+    out, text = _export(tmp_path, spec)
+    ran, world = _torchrun(tmp_path, out, text)
     said = ran.stdout + ran.stderr
     assert (ran.returncode != 0) == bool(code), said[-3000:]
     _, case = load_op_case_from(spec)
@@ -44,6 +59,16 @@ def test_the_exported_script_fails_as_the_case_does(tmp_path, spec, code):
         assert re.search(case.known_failure.match, said), (case.known_failure.match, said[-3000:])
     else:
         assert said.count("every comparison holds") == world
+
+
+def test_a_training_script_whose_parallel_run_drifts_names_the_step(tmp_path):
+    """The canary of the training script's own comparison: its parallel loss scaled by 1.001."""
+    out, text = _export(tmp_path, "cases/torch/training/case_train_l3_combinations.py::clip_grad_fsdp_tp_2d")
+    line = "                value = scaled(net(*inputs), target)\n"
+    assert text.count(line) == 1
+    out.write_text(text.replace(line, line.rstrip("\n") + " * (1.001 if parallel else 1.0)\n"))
+    ran, world = _torchrun(tmp_path, out, text)
+    assert ran.returncode != 0 and (ran.stdout + ran.stderr).count("step 0 loss: 1 of 1 elements outside") == world
 
 
 def load_op_case_from(spec):
@@ -67,7 +92,8 @@ def test_what_cannot_be_exported_is_named(tmp_path):
         register(OpShardCase(name="uses_meshtest", fn=f, inputs=[InputSpec((4,))], placements=[(Shard(0),)],
                              mesh_shape=(2,), tags=("cpu_level1",)))
         """)
-    made = subprocess.run([sys.executable, "-m", "meshtest", "repro", f"{path}::uses_meshtest"],
+    made = subprocess.run([sys.executable, "-m", "meshtest", "repro", f"{path}::uses_meshtest", "--out",
+                           str(tmp_path / "repro.py")],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC_ROOT}, timeout=120)
     assert made.returncode == 2
     assert "case 'uses_meshtest': cannot export: S (f uses it) comes from meshtest" in made.stderr

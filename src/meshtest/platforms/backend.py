@@ -407,6 +407,15 @@ class ShardBackend(ABC):
         """
         raise NotImplementedError(f"platform {self.platform!r} cannot replay recorded calls")
 
+    def repro_api_source(self) -> str:
+        """Python source that binds ``api`` — :meth:`scenario_api`'s namespace — in a standalone
+        script (``python -m meshtest repro`` of a training case), each entry imported from where
+        the platform's library keeps it.
+
+        :raises NotImplementedError: the platform has no standalone form (default).
+        """
+        raise NotImplementedError(f"platform {self.platform!r} cannot write a standalone script")
+
     def scenario_api(self) -> Any:
         """The namespace scenario cases use as ``ctx.api``.
 

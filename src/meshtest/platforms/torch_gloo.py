@@ -658,6 +658,38 @@ class TorchGlooBackend(ShardBackend):
         """The device type the feature probes ask about (``cpu`` here)."""
         return "cpu"
 
+    def repro_api_source(self) -> str:
+        """Each entry of :meth:`scenario_api` imported by the path torch keeps it under (checked:
+        the import gives the same object), as ``api = types.SimpleNamespace(...)``.
+
+        :raises ValueError: an entry that no import path gives back."""
+        import importlib
+
+        lines, fields = {"import types", "import torch"}, []
+        for name, value in sorted(vars(self.scenario_api()).items()):
+            if value is None:
+                expr = "None"
+            elif value is torch.ops.c10d_functional:  # an op namespace (a module type), not an importable module
+                expr = "torch.ops.c10d_functional"
+            elif isinstance(value, types.ModuleType):
+                lines.add(f"import {value.__name__}")
+                expr = value.__name__
+            else:
+                module, qual = getattr(value, "__module__", None), getattr(value, "__qualname__", "")
+                head = qual.split(".")[0]
+                try:
+                    found = importlib.import_module(module)
+                    for part in qual.split("."):
+                        found = getattr(found, part)
+                except (ImportError, AttributeError, TypeError, ValueError):
+                    found = None
+                if found is not value:
+                    raise ValueError(f"api.{name} ({value!r}) cannot be imported by its path {module}.{qual}")
+                lines.add(f"from {module} import {head} as _api_{name}")
+                expr = f"_api_{name}" + qual[len(head):]
+            fields.append(f"    {name}={expr},")
+        return "\n".join(sorted(lines) + ["", "api = types.SimpleNamespace(", *fields, ")"])
+
     def scenario_api(self) -> Any:
         """torch's names for the spec's concepts; a missing one (e.g. ``NoParallel`` in torch
         2.13) is ``None`` and the features say so."""

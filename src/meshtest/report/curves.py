@@ -107,8 +107,12 @@ def _labelled(title: str, series: Sequence[Tuple[str, Sequence[Optional[float]]]
 def read_losses(artifacts_dir: str, case: str) -> Optional[dict]:
     """The first rank's ``losses_rank<r>.json`` of ``case`` that holds a loss (a pipeline's last
     stage), or ``None``; unreadable files are skipped."""
-    for path in sorted(glob.glob(os.path.join(artifacts_dir, "cases", glob.escape(case), "losses_rank[0-9]*.json")),
-                       key=lambda p: int(re.search(r"losses_rank(\d+)\.json$", p).group(1))):
+    ranked = []  # losses_rank<r>.json, not a phase's losses_rank<r>.phase<k>.json
+    for path in glob.glob(os.path.join(artifacts_dir, "cases", glob.escape(case), "losses_rank*.json")):
+        match = re.search(r"losses_rank(\d+)\.json$", path)
+        if match:
+            ranked.append((int(match.group(1)), path))
+    for _, path in sorted(ranked):
         try:
             with open(path, encoding="utf-8") as f:
                 doc = json.load(f)

@@ -171,8 +171,9 @@ def _row(o: CaseOutcome, max_ranks: int, artifacts_dir: str = "", roots: Sequenc
             "phase_logs": _phase_logs(o, artifacts_dir),
             "detail": _relative(o.detail, roots), "diagnosis": _relative(o.diagnosis, roots),
             "known_failure": _relative(o.known_failure, roots),
-            # an op case's standalone script (meshtest.repro); scenario and training cases have none
-            "repro": f"python -m meshtest repro {o.file}::{o.case}" if o.known_failure and o.kind == "op" else "",
+            # an op or training case's standalone script (meshtest.repro); scenario cases have none
+            "repro": f"python -m meshtest repro {o.file}::{o.case}"
+            if o.known_failure and o.kind in ("op", "train") and not _PHASE_DONE.search(o.detail) else "",
             "charts": long_run, "train_charts": train}
 
 
