@@ -46,6 +46,7 @@ _PAGE = Template("""<!doctype html>
 body{font-family:sans-serif;margin:1.5em} table{border-collapse:collapse;margin-bottom:1.5em}
 td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;font-size:13px}
 tr.failing{background:#f8d0d0} tr.passing{background:#d9f2d9} td.zero{color:#aaa} td.num{text-align:right}
+#targets{max-width:100%} #targets td{overflow-wrap:anywhere}
 </style></head><body>
 <h1>meshtest results</h1>
 <p id="overall">$overall</p>

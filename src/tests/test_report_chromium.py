@@ -354,6 +354,31 @@ def test_report_and_index_in_headless_chromium(tmp_path):
         _assert_png(SCREENSHOT_DIR / name, 1400, 900)
 
 
+#: Appended to a copy of a page: records how wide the page lays out in the window (the pages
+#: themselves carry no script)
+WIDTH_PROBE = ('<script>window.addEventListener("load", () => document.body.setAttribute("data-scroll-width", '
+               'document.documentElement.scrollWidth));</script>')
+
+
+def test_the_index_fits_a_1400_px_window_with_long_names(tmp_path):
+    """Target, case and file names have no spaces to wrap at: the table must still fit."""
+    chromium = Chromium(chromium_or_skip(find_chromium()), tmp_path / "chromium")
+    root = tmp_path / "dist" / "test"
+    long_file = "cases/torch/opinfo/case_opinfo_pointwise_level1_5.py"
+    long_case = "nn.functional.scaled_dot_product_attention.float32.s0.m2x2.PminS1_RR_RR_RR.bwd"
+    _test_run(root, "cases.torch.opinfo.case_opinfo_pointwise_level1_5.py+31 (local lane)", [
+        CaseOutcome(long_case, long_file, "local", 4, "fail", slowest_s=2.5, slowest_rank=3, launch_dir="local",
+                    failures=[RankFailure(3, "fail", "compare", COMPARE_ERROR)]),
+        CaseOutcome(long_case + "_again", long_file, "local", 4, "pass", slowest_s=1.5, launch_dir="local")])
+    proc = subprocess.run([sys.executable, str(REPORT_INDEX), str(root)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    probe = root / "index-probe.html"
+    probe.write_text((root / "index.html").read_text().replace("</body>", WIDTH_PROBE + "</body>"))
+    dom = chromium.run("--window-size=1400,900", "--virtual-time-budget=2000", "--dump-dom", probe.as_uri()).stdout
+    width = int(dom.split('data-scroll-width="', 1)[1].split('"', 1)[0])
+    assert width <= 1400, f"index.html lays out {width} px wide in a 1400 px window"
+
+
 @pytest.mark.parametrize("ci", ["true", ""])
 def test_missing_chromium_fails_under_ci_else_skips(monkeypatch, ci):
     monkeypatch.setenv("CI", ci)
