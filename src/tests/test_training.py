@@ -15,6 +15,7 @@ import pytest
 import meshtest
 from meshtest import CaseDeclarationError, TrainCase
 from meshtest.model.scan import scan_case_source
+from meshtest.model.train import Stability
 from meshtest.platforms.backend import TrainSnapshot
 from meshtest.rank.compare import CompareError
 from meshtest.rank.train import compare_runs
@@ -39,6 +40,11 @@ def _case(**kw):
     (dict(layer=5), "layer", "layer must be one of (0, 1, 2, 3, 4)"),
     (dict(clip_grad_norm=0), "train", "clip_grad_norm must be a number > 0"),
     (dict(loss=3), "train", "loss must be callable"),
+    (dict(expect_raises=(ValueError, "x", "gather")), "expect-raises",
+     "the step of expect_raises must be one of ('baseline', 'parallel', 'compare', 'golden')"),
+    (dict(expect_raises=(ValueError, "x"), steps=4, stability=Stability(warmup=1, rss_growth_mb=8.0)),
+     "expect-raises", "not with phases= or stability="),
+    (dict(expect_raises=("ValueError", "x")), "expect-raises", "'ValueError' is not an exception class"),
 ])
 def test_train_declaration_rules(kw, rule, words):
     with pytest.raises(CaseDeclarationError) as e:

@@ -65,3 +65,43 @@ register(TrainCase(name="train_pp_clip_grad_norm_across_stages", model=stack, da
                    parallelize=pp_two_stages, train_step=gpipe_step, optimizer=sgd_momentum, steps=2,
                    clip_grad_norm=0.2, mesh_shape=(2,), mesh_dim_names=("pp",), tags=L1,
                    capabilities=("pp", "clip_grad"), layer=2, requires=("pipelining",)))
+
+
+def tied_lm(api, vocab=8, dim=4):
+    """An embedding and an output head that share one weight (``head.weight is emb.weight``)."""
+    nn = api.nn
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, dim)
+            self.head = nn.Linear(dim, vocab, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, x):
+            return self.head(self.emb(x))
+
+    return Tied()
+
+
+def tied_tokens(i, api):
+    g = api.torch.Generator().manual_seed(2000 + i)
+    x = api.torch.randint(0, 8, (4, 3), generator=g)
+    return x, api.torch.randn(4, 3, 8, generator=g)
+
+
+def fsdp_tied_apart(model, ctx):
+    """The two modules that share the weight in FSDP2 units of their own (a mistake FSDP2 once
+    trained through silently, each unit sharding and updating its own view of the weight)."""
+    ctx.api.fully_shard(model.emb, mesh=ctx.mesh)
+    ctx.api.fully_shard(model.head, mesh=ctx.mesh)
+    return ctx.api.fully_shard(model, mesh=ctx.mesh)
+
+
+# A fix pinned by its error: FSDP2 refuses a parameter shared across two of its units, naming the
+# parameter and the way out (fully_shard([module_a, module_b])); torch 2.13 raises it.
+register(TrainCase(name="train_fsdp2_tied_weights_in_separate_units_raise", model=tied_lm, data=tied_tokens, loss=mse,
+                   parallelize=fsdp_tied_apart, steps=1, mesh_shape=(2,), mesh_dim_names=DP, tags=L1,
+                   capabilities=("fsdp",), layer=1, requires=("fsdp2",),
+                   expect_raises=(ValueError, r"Parameter 'head\.weight' is shared with a parameter already managed "
+                                              r"by another FSDP group.*fully_shard\(\[module_a, module_b\]\)")))

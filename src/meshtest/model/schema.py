@@ -78,6 +78,7 @@ TRAIN = CaseKind("train", "TrainCase", (
     _f("compare"), _f("scheduler"), _f("phases"), _f("restore"), _f("stability"),
     _f("mesh_dim_names", True), _f("tags", True), _f("capabilities", True), _f("layer", True), _f("requires", True),
     _f("spec_id", True), _f("known_failure", True), _f("divergence"), _f("solo_launcher", True), _f("timeout_s"),
+    _f("expect_raises"),
 ), fixed={"needs_mesh": True, "simulation_limit": None})
 
 #: Every case kind, by constructor name.

@@ -21,10 +21,13 @@ from typing import Any, Callable, Optional, Tuple
 from ..errors import CaseDeclarationError
 from . import rules, schema
 from .known import KnownFailure
-from .spec import CompareSpec, _Case, _check_timeout
+from .spec import CompareSpec, _Case, _check_timeout, check_expect_raises
 
 #: Quantities a training case compares, in the order they are checked each step.
 QUANTITIES = ("loss", "grad_norm", "grads", "params", "optim")
+
+#: The steps of a training case of one launch (:func:`meshtest.rank.train.run_train`), in order
+TRAIN_STEPS = ("baseline", "parallel", "compare", "golden")
 
 #: What a resume restores from a checkpoint (:attr:`TrainCase.restore`): the model's and the
 #: optimizer's state (DCP), the LR scheduler's state, each rank's RNG state, the data position
@@ -164,6 +167,11 @@ class TrainCase(_Case):
     :param spec_id: a test-plan ID. :param known_failure: as op cases (xfail/xpass).
     :param divergence: the platform differs from the spec and the case asserts its behaviour.
     :param solo_launcher: a launch of its own. :param timeout_s: deadline in seconds.
+    :param expect_raises: ``(ExceptionClass, "regex"[, "step"])``: the training must raise it
+        (the step ``parallel`` by default: building, parallelizing or training the parallel
+        model), which is the case's pass; a fix in the platform that made it raise is pinned this
+        way. Only a case of one launch (no ``phases``, no ``stability``); not with
+        ``known_failure``.
     """
 
     name: str
@@ -193,6 +201,7 @@ class TrainCase(_Case):
     divergence: Optional[str] = None
     solo_launcher: bool = False
     timeout_s: Optional[float] = None
+    expect_raises: Optional[Any] = None
 
     #: training cases parallelize on the real mesh (axis names kept when planned)
     needs_mesh = True
@@ -239,13 +248,20 @@ class TrainCase(_Case):
             raise CaseDeclarationError(file, name, "restore",
                                        f"restore must be a tuple of names from {RESTORABLE} (what a resume "
                                        f"restores); got {restore!r}")
+        expect = check_expect_raises(file, name, self.expect_raises)
+        if expect is not None and (phases or self.stability is not None):
+            raise CaseDeclarationError(file, name, "expect-raises", "expect_raises is for a training case of one "
+                                                                    "launch: not with phases= or stability=")
+        if expect is not None and expect.step is not None and expect.step not in TRAIN_STEPS:
+            raise CaseDeclarationError(file, name, "expect-raises",
+                                       f"the step of expect_raises must be one of {TRAIN_STEPS}; got {expect.step!r}")
         return dataclasses.replace(
-            self, phases=phases, restore=restore,
+            self, phases=phases, restore=restore, expect_raises=expect,
             mesh_shape=mesh_shape, mesh_dim_names=names, tags=rules.check_tags(file, name, self.tags),
             capabilities=rules.check_capabilities(file, name, self.capabilities),
             layer=rules.check_layer(file, name, self.layer), requires=rules.check_requires(file, name, self.requires),
             spec_id=rules.check_spec_id(file, name, self.spec_id),
-            known_failure=rules.check_known_failure(file, name, self.known_failure),
+            known_failure=rules.check_known_failure(file, name, self.known_failure, expect),
             divergence=rules.check_reason(file, name, "divergence", self.divergence),
             solo_launcher=rules.check_flag(file, name, "solo_launcher", self.solo_launcher))
 

@@ -81,6 +81,7 @@ def run_train(case: TrainCase, backend: ShardBackend, mesh: Any, on_step: OnStep
         return run_stability(case, backend, mesh, files, on_step)
     steps = _Steps(case.name, on_step)
     notes: List[str] = []
+    expect = case.expect_raises
     try:
         steps.enter("baseline")
         base = backend.train(case, mesh, parallel=False)
@@ -96,8 +97,8 @@ def run_train(case: TrainCase, backend: ShardBackend, mesh: Any, on_step: OnStep
             steps.enter("golden")
             check_golden(case, par, files.golden, backend.build_info(), notes, source=files.source)
     except (Exception, SystemExit) as e:  # a case's own error must not stop the others
-        return _from_exception(e, steps.current, backend, None, None, tuple(notes))
-    return _completed(steps.current, None, None, tuple(notes))
+        return _from_exception(e, steps.current, backend, expect, "parallel", tuple(notes))
+    return _completed(steps.current, expect, "parallel", tuple(notes))
 
 
 def _losses(snaps: List[TrainSnapshot]) -> List[Optional[float]]:
