@@ -374,7 +374,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     import glob
 
     from .parent.planner import select_cases
-    from .parent.selection import keyword_matcher
+    from .parent.selection import narrow
 
     default = sorted(glob.glob(os.path.join("cases", args.platform, "**", "case_*.py"), recursive=True))
     files, names = _split_specs(args.files or default)
@@ -386,14 +386,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
     cases = [c for s in scans if not s.error for c in s.cases]
     errors = [(s.path, s.error) for s in scans if s.error] + [
         (s.path, b.error) for s in scans if not s.error for b in s.broken]
-    lines = []
     try:
-        chosen = select_cases(cases, args.device_kind, args.tags, args.case, names)
-        if args.keyword:
-            match = keyword_matcher(args.keyword)
-            kept = [c for c in chosen if match(c)]
-            lines.append(f"-k {args.keyword!r}: {len(kept)} case(s) selected, {len(chosen) - len(kept)} deselected")
-            chosen = kept
+        chosen, lines, _ = narrow(select_cases(cases, args.device_kind, args.tags, args.case, names), args.keyword)
     except SelectionError as e:
         print(f"meshtest: {e}", file=sys.stderr)
         return 2
@@ -491,11 +485,12 @@ def _cmd_strength(args: argparse.Namespace) -> int:
 def _dry_run(files: Sequence[str], opts) -> int:
     """Print what ``run`` would launch (``$MESHTEST_DRY_RUN``); exit 1 when a file fails its scan."""
     from .parent.planner import select_cases
-    from .parent.runner import narrow, plan_run, scan_files
+    from .parent.runner import plan_run, scan_files
+    from .parent.selection import narrow
 
     cases, errors, _ = scan_files(files)
     selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns))
-    selected, lines = narrow(selected, opts)
+    selected, lines, _ = narrow(selected, opts.keyword, opts.last_failed, opts.cache_dir)
     for line in lines:
         print(f"meshtest: {line}")
     groups, need = plan_run(selected, opts, {})

@@ -51,7 +51,7 @@ from .planner import (
     startup_s,
 )
 from .progress import ProgressBoard
-from .selection import apply_last_failed, cache_dir, keyword_matcher, read_lastfailed, update_lastfailed
+from .selection import cache_dir, narrow, update_lastfailed
 from .slots import DEFAULT_SLOTS, SlotLease, SlotPool, SlotRequestError, default_slot_dir
 
 #: Environment variable with a fixed rendezvous port for the first launch attempt.
@@ -355,10 +355,10 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns))
     if opts.only_cases:
         selected = [c for c in selected if c.name in set(opts.only_cases)]
-    selected, lines = narrow(selected, opts)
+    selected, lines, failed_first = narrow(selected, opts.keyword, opts.last_failed, opts.cache_dir)
     scan_notes = list(scan_notes) + lines
-    if opts.last_failed == "ff":
-        opts = replace(opts, first=tuple(c.id for c in selected if c.id in read_lastfailed(cache_dir(opts.cache_dir))))
+    if failed_first:
+        opts = replace(opts, first=failed_first)
     if (opts.lane or lane_of(opts.tag_filters)) != "local":  # the one-process lane holds no slot per rank
         scan_errors += [outcomes.too_large(c, opts.slots) for c in selected if c.device_need > opts.slots]
         selected = [c for c in selected if c.device_need <= opts.slots]
@@ -407,24 +407,6 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             write_evidence(opts.artifacts_dir, result.outcomes, result.notes)
             record_last_failed(result.outcomes, opts)
     return result
-
-
-def narrow(selected: Sequence[ScannedCase], opts: RunOptions) -> Tuple[List[ScannedCase], List[str]]:
-    """The selection after ``-k`` and ``--lf``/``--ff`` (:mod:`meshtest.parent.selection`), and
-    the lines that say what they did (printed with the scan notes).
-
-    :raises SelectionError: a ``-k`` expression that does not parse, an unreadable cache file.
-    """
-    out, lines = list(selected), []
-    if opts.keyword:
-        match = keyword_matcher(opts.keyword)
-        kept = [c for c in out if match(c)]
-        lines.append(f"-k {opts.keyword!r}: {len(kept)} case(s) selected, {len(out) - len(kept)} deselected")
-        out = kept
-    if opts.last_failed:
-        out, line = apply_last_failed(out, opts.last_failed, read_lastfailed(cache_dir(opts.cache_dir)))
-        lines.append(line or "")
-    return out, lines
 
 
 def record_last_failed(found: Sequence[CaseOutcome], opts: RunOptions) -> None:

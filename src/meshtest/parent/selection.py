@@ -143,3 +143,28 @@ def apply_last_failed(cases: Sequence[ScannedCase], mode: str, lastfailed: Dict[
         return failed, f"--lf: running the {len(failed)} case(s) that failed last time, {dropped} deselected"
     rest = [c for c in cases if c.id not in lastfailed]
     return failed + rest, f"--ff: the {len(failed)} case(s) that failed last time first, then {len(rest)} more"
+
+
+def narrow(cases: Sequence[ScannedCase], keyword: str = "", last_failed: str = "", directory: str = ""
+           ) -> Tuple[List[ScannedCase], List[str], Tuple[str, ...]]:
+    """The selection after ``-k`` (:func:`keyword_matcher`) and ``--lf``/``--ff``
+    (:func:`apply_last_failed`, the cache read once from :func:`cache_dir` of ``directory``):
+    the cases, the lines that say what was done, and the IDs among them that failed last time
+    (what ``--ff`` puts first; ``()`` without ``--ff``).
+
+    :raises SelectionError: a ``-k`` expression that does not parse, an unreadable cache file.
+    """
+    out, lines = list(cases), []
+    if keyword:
+        match = keyword_matcher(keyword)
+        kept = [c for c in out if match(c)]
+        lines.append(f"-k {keyword!r}: {len(kept)} case(s) selected, {len(out) - len(kept)} deselected")
+        out = kept
+    failed: Tuple[str, ...] = ()
+    if last_failed:
+        recorded = read_lastfailed(cache_dir(directory))
+        out, line = apply_last_failed(out, last_failed, recorded)
+        lines.append(line or "")
+        if last_failed == "ff":
+            failed = tuple(c.id for c in out if c.id in recorded)
+    return out, lines, failed
