@@ -89,6 +89,14 @@ def test_locals_that_do_not_assemble_say_why(spec, placements, words):
     (dict(expect_raises=(ValueError, "(")), "expect-raises", "does not compile"),
     (dict(tags=()), "gate-tag", "no gate would ever run it"),
     (dict(placements=[(StridedShard(2, 2),)]), "shard-dim", "Shard(d) needs -2 <= d < 2"),
+    (dict(redistribute_inputs=((Replicate(),), None)), "declared-steps", "one entry (None or placements) per input"),
+    (dict(redistribute_inputs=(None,)), "declared-steps", "redistributes no input"),
+    (dict(redistribute_inputs=((Shard(3),),)), "shard-dim", "redistribute_inputs[0]"),
+    (dict(local_fn=lambda x, mesh: x), "declared-steps", "add local_output_placements"),
+    (dict(local_output_placements=((Shard(0),),)), "declared-steps", "local_fn and local_output_placements go"),
+    (dict(local_fn=lambda x, mesh: x, local_output_placements=(None,)), "declared-steps", "(no None)"),
+    (dict(local_fn=3, local_output_placements=((Shard(0),),)), "declared-steps", "must be callable"),
+    (dict(redistribute_outputs=((Shard(0), Shard(0)),)), "expected-placements", "redistribute_outputs[0]"),
 ])
 def test_declaration_traps_are_registration_errors(kw, rule, words):
     with pytest.raises(CaseDeclarationError) as e:
@@ -282,3 +290,11 @@ def test_one_broken_declaration_fails_only_its_own_case(tmp_path):
     check_against_scan(scan_case_file(path), loaded)  # the broken case still matches its scan
     with pytest.raises(CaseDeclarationError, match="rule input-init"):  # the strict registry of tools and tests
         load_case_file(path, Registry())
+
+
+def test_a_declared_step_the_platform_lacks_is_unsupported_at_that_step_never_passed():
+    r = run_case(_op(lambda x: x + 0, redistribute_inputs=((Replicate(),),)), PlacedBackend(), None)
+    assert (r.status, r.step) == (Status.UNSUPPORTED, "redistribute") and "has no redistribute" in r.error
+    r = run_case(_op(lambda x: x + 0, local_fn=lambda x, mesh: x, local_output_placements=((Shard(0),),)),
+                 PlacedBackend(), None)
+    assert (r.status, r.step) == (Status.UNSUPPORTED, "run") and "local_map" in r.error

@@ -63,7 +63,8 @@ OP = CaseKind("op", "OpShardCase", (
     _f("name", True), _f("fn"), _f("inputs"), _f("placements"), _f("mesh_shape", True), _f("mesh_dim_names", True),
     _f("compare"), _f("tags", True), _f("derived_inputs"), _f("compare_outputs"), _f("needs_mesh", True),
     _f("solo_launcher", True), _f("known_failure", True), _f("grad_compare"), _f("timeout_s"), _f("output_placements"),
-    _f("grad_placements"), _f("expect_raises"), _f("simulation_limit", True),
+    _f("grad_placements"), _f("expect_raises"), _f("simulation_limit", True), _f("redistribute_inputs"),
+    _f("local_fn"), _f("local_output_placements"), _f("redistribute_outputs"),
 ), fixed={"requires": (), "spec_id": None, "capabilities": (), "layer": None})
 
 SCENARIO = CaseKind("scenario", "ScenarioCase", (

@@ -307,6 +307,27 @@ class OpShardCase(_Case):
     :param expect_raises: ``(ExceptionClass, "regex")`` or ``(ExceptionClass, "regex", "step")``
         (see :class:`ExpectRaises`): the case passes when every rank raises it at that step
         (default ``run``), and fails naming what happened instead.
+    :param redistribute_inputs: the declared step between placement and op (step
+        ``redistribute``, distributed path only): one entry per input, each ``None`` (left as
+        placed) or the placements (one per mesh dimension) the distributed input is
+        redistributed to (``DTensor.redistribute``) before ``fn`` runs. The reference call is
+        unchanged, since a redistribute keeps the global values: the case tests the
+        redistribution and the op on what it produced.
+    :param local_fn: the distributed call written on local tensors (step ``run``):
+        ``local_fn(*local_inputs, mesh=<DeviceMesh>)`` gets each rank's local shard of every
+        input (after ``redistribute_inputs``) and the mesh with the case's axis names (for
+        ``mesh.get_group("tp")``), and returns local tensors, which the platform wraps as
+        distributed tensors with ``local_output_placements`` (torch:
+        ``torch.distributed.tensor.experimental.local_map``, i.e. ``to_local`` in and
+        ``DTensor.from_local(..., run_check=False)`` out). ``fn`` stays the reference on full
+        tensors. For explicit collectives (funcol all-gather, reduce-scatter, all-to-all) and
+        ``to_local``/``from_local`` round trips, so that no ``fn`` branches on the tensor type.
+    :param local_output_placements: with ``local_fn`` (and only with it): one entry per output,
+        each one placement per mesh dimension.
+    :param redistribute_outputs: the step after the op (step ``redistribute-output``): one
+        entry per output of the distributed call, ``None`` or the placements to redistribute it
+        to before the placement check and the gather (e.g. a ``Partial`` matmul output
+        reduce-scattered to ``Shard``).
     """
 
     name: str
@@ -328,6 +349,10 @@ class OpShardCase(_Case):
     grad_placements: Optional[Tuple[Optional[tuple], ...]] = None
     expect_raises: Optional[Any] = None
     simulation_limit: Optional[str] = None
+    redistribute_inputs: Optional[Tuple[Optional[tuple], ...]] = None
+    local_fn: Optional[Callable[..., Any]] = None
+    local_output_placements: Optional[Tuple[tuple, ...]] = None
+    redistribute_outputs: Optional[Tuple[Optional[tuple], ...]] = None
 
     #: op cases declare no platform features, test-plan ID or training capability (the schema's
     #: fixed values)
@@ -385,8 +410,10 @@ class OpShardCase(_Case):
             raise CaseDeclarationError(file, name, "expected-placements",
                                        f"grad_placements has {len(grad_pl)} entries for {len(inputs)} input(s)")
         _check_timeout(file, name, self.timeout_s)
+        steps = _check_declared_steps(file, name, mesh_shape, inputs, self)
         return dataclasses.replace(
             self,
+            **steps,
             mesh_shape=mesh_shape,
             mesh_dim_names=names,
             tags=tags,
@@ -489,6 +516,54 @@ class ScenarioCase(_Case):
             capabilities=rules.check_capabilities(file, name, self.capabilities),
             layer=rules.check_layer(file, name, self.layer),
         )
+
+
+def _check_declared_steps(file: str, name: str, mesh_shape: Tuple[int, ...], inputs: Sequence[Any],
+                          case: OpShardCase) -> dict:
+    """Rule ``declared-steps``: ``redistribute_inputs`` has one entry per input (``None`` or
+    placements valid for that input's shape); ``local_fn`` is callable and comes with
+    ``local_output_placements`` (one placement per mesh dimension for each output), which
+    nothing else may carry; ``redistribute_outputs`` entries are ``None`` or placements.
+
+    :returns: the normalised fields, by name.
+    """
+    out: dict = {}
+    value = case.redistribute_inputs
+    if value is not None:
+        if not isinstance(value, (tuple, list)) or len(value) != len(inputs):
+            raise CaseDeclarationError(
+                file, name, "declared-steps",
+                f"redistribute_inputs must have one entry (None or placements) per input, {len(inputs)}; got {value!r}")
+        entries = []
+        for i, entry in enumerate(value):
+            if entry is None:
+                entries.append(None)
+                continue
+            (p,) = rules.check_placements(file, name, mesh_shape, [inputs[i].shape], [entry],
+                                          what=f"redistribute_inputs[{i}]")
+            entries.append(p)
+        if all(e is None for e in entries):
+            raise CaseDeclarationError(file, name, "declared-steps",
+                                       "redistribute_inputs redistributes no input (every entry is None); leave it out")
+        out["redistribute_inputs"] = tuple(entries)
+    fn, placements = case.local_fn, case.local_output_placements
+    if fn is not None and not callable(fn):
+        raise CaseDeclarationError(file, name, "declared-steps",
+                                   f"local_fn must be callable as local_fn(*local_inputs, mesh=mesh); got {fn!r}")
+    if (fn is None) != (placements is None):
+        raise CaseDeclarationError(
+            file, name, "declared-steps",
+            "local_fn and local_output_placements go together: the platform wraps each local output of local_fn "
+            "with its placements" + ("" if fn is None else "; add local_output_placements=((Shard(0),),) or the like"))
+    if placements is not None:
+        checked = rules.check_expected_placements(file, name, mesh_shape, placements, "local_output_placements")
+        if any(p is None for p in checked):
+            raise CaseDeclarationError(file, name, "declared-steps",
+                                       "local_output_placements needs placements for every output (no None)")
+        out["local_output_placements"] = checked
+    out["redistribute_outputs"] = rules.check_expected_placements(file, name, mesh_shape, case.redistribute_outputs,
+                                                                  "redistribute_outputs")
+    return out
 
 
 def _check_timeout(file: str, name: str, timeout_s: Any) -> None:

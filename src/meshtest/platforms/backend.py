@@ -279,6 +279,32 @@ class ShardBackend(ABC):
         collective library (gloo's size check) instead of failing the case."""
         return None
 
+    def redistribute(self, tensor: Any, mesh: Any, placements: Sequence[Placement]) -> Any:
+        """``tensor`` (distributed) redistributed to ``placements``, one per mesh dimension (an
+        op case's declared step ``redistribute_inputs`` / ``redistribute_outputs``; differentiable
+        where the platform's redistribute is).
+
+        :raises Unsupported: the platform has no redistribute (default).
+        """
+        from ..errors import Unsupported
+
+        raise Unsupported(f"platform {self.platform!r} has no redistribute of a distributed tensor")
+
+    def local_map(self, fn: Callable[..., Any], mesh: Any, args: Sequence[Any],
+                  out_placements: Sequence[Sequence[Placement]]) -> Tuple[Any, ...]:
+        """Run ``fn(*local_args, mesh=mesh)`` on this rank's local shards of the distributed
+        ``args`` and wrap each local output it returns as a distributed tensor with its entry of
+        ``out_placements`` (an op case's ``local_fn``); the global shape of an output is what the
+        platform infers from the local one (torch: even sharding).
+
+        :returns: the distributed outputs, one per entry of ``out_placements``.
+        :raises ValueError: ``fn`` returned another number of outputs.
+        :raises Unsupported: the platform cannot (default).
+        """
+        from ..errors import Unsupported
+
+        raise Unsupported(f"platform {self.platform!r} cannot run a function on local shards (local_map)")
+
     def placements_of(self, tensor: Any) -> Optional[Tuple[Placement, ...]]:
         """The placements of a distributed tensor as meshtest placements, or ``None`` for a
         plain tensor (checked against a case's ``output_placements`` / ``grad_placements``).

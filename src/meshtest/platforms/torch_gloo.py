@@ -320,6 +320,32 @@ class TorchGlooBackend(ShardBackend):
         check_local_shape(self.rank(), array.shape, expected, global_shape, placements)
         return dtensor_from_local(self.make_tensor(array, dtype), mesh, tp, global_shape, requires_grad)
 
+    def redistribute(self, tensor: Any, mesh: Any, placements: Sequence[Placement]) -> Any:
+        if not isinstance(tensor, DTensor):
+            raise TypeError(f"redistribute needs a DTensor; got {type(tensor).__name__}")
+        return tensor.redistribute(mesh, [to_torch_placement(p) for p in placements])
+
+    def local_map(self, fn: Callable[..., Any], mesh: Any, args: Sequence[Any],
+                  out_placements: Sequence[Sequence[Placement]]) -> Tuple[Any, ...]:
+        """torch's ``local_map`` (``torch.distributed.tensor.experimental``), no input placements
+        given (each DTensor argument is taken as it is placed)."""
+        from torch.distributed.tensor.experimental import local_map
+
+        tp = [[to_torch_placement(p) for p in per] for per in out_placements]
+        n = len(tp)
+
+        def counted(*local_args: Any) -> Any:
+            out = fn(*local_args, mesh=mesh)
+            outs = (out,) if isinstance(out, torch.Tensor) else tuple(out) if isinstance(out, (tuple, list)) else None
+            if outs is None or len(outs) != n:
+                got = type(out).__name__ if outs is None else f"{len(outs)} output(s)"
+                raise ValueError(f"local_fn returned {got}; local_output_placements declares {n}")
+            return outs[0] if n == 1 else outs
+
+        out = local_map(counted, out_placements=tp[0] if n == 1 else tuple(tp),
+                        device_mesh=mesh)(*args)
+        return (out,) if n == 1 else tuple(out)
+
     def placements_of(self, tensor: Any) -> Optional[Tuple[Placement, ...]]:
         return tuple(from_torch_placement(p) for p in tensor.placements) if isinstance(tensor, DTensor) else None
 

@@ -1,7 +1,8 @@
 """The per-case pipeline on one rank, free of process concerns (the rank's execution flow).
 
-An op case runs ``build → (derive) → reference → distribute → run → placement →
-output-metadata → gather → compare``, then ``backward`` when an input ``requires_grad``; a
+An op case runs ``build → (derive) → reference → distribute → (redistribute) → run →
+(redistribute-output) → placement → output-metadata → gather → compare``, then ``backward``
+when an input ``requires_grad`` (the steps in brackets when the case declares them); a
 scenario runs its function after the platform-feature check. Both return a
 :class:`StepResult`; neither raises for a case's own failure, so the harness
 (:mod:`meshtest.rank.entry`) runs the next case whatever happened.
@@ -189,11 +190,27 @@ def _op_pipeline(case: OpShardCase, backend: ShardBackend, mesh: Any, steps: _St
     dist_inputs = [local_of(i) if local_of(i) is not None else backend.distribute(t, mesh, case.placements[i])
                    for i, t in enumerate(full)]
     dist_inputs += [backend.distribute(t, mesh, d.placements) for t, d in zip(derived, case.derived_inputs)]
+    op_inputs = dist_inputs
+    if case.redistribute_inputs is not None:
+        steps.enter("redistribute")
+        op_inputs = [t if p is None else backend.redistribute(t, mesh, p)
+                     for t, p in zip(dist_inputs, tuple(case.redistribute_inputs) + (None,) * len(derived))]
     steps.enter("run")
-    actual = _outputs(case.fn(*dist_inputs, **({"mesh": mesh} if case.needs_mesh else {})), backend,
-                      "fn (distributed)")
+    if case.local_fn is not None:
+        actual = backend.local_map(case.local_fn, mesh, op_inputs, case.local_output_placements)
+    else:
+        actual = _outputs(case.fn(*op_inputs, **({"mesh": mesh} if case.needs_mesh else {})), backend,
+                          "fn (distributed)")
     if len(actual) != len(expected):
-        raise ValueError(f"fn returned {len(actual)} output(s) distributed but {len(expected)} on the reference")
+        raise ValueError(f"the distributed call returned {len(actual)} output(s) but fn {len(expected)} on the "
+                         "reference")
+    if case.redistribute_outputs is not None:
+        steps.enter("redistribute-output")
+        if len(case.redistribute_outputs) != len(actual):
+            raise ValueError(f"redistribute_outputs has {len(case.redistribute_outputs)} entries for "
+                             f"{len(actual)} output(s)")
+        actual = tuple(o if p is None else backend.redistribute(o, mesh, p)
+                       for o, p in zip(actual, case.redistribute_outputs))
     if case.output_placements is not None:
         steps.enter("placement")
         _check_placements(backend, case.output_placements, actual, "output")
