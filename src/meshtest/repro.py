@@ -287,6 +287,8 @@ def script(spec: str) -> str:
     if isinstance(case, TrainCase):
         return _train_script(path, case)
     fns = [("fn", case.fn)] + [(f"derived_{k}", d.fn) for k, d in enumerate(case.derived_inputs)]
+    if case.local_fn is not None:
+        fns.append(("local_fn", case.local_fn))
     try:
         imports, defs = function_sources(fns, (os.getcwd(), os.path.dirname(os.path.abspath(path))))
     except ValueError as e:
@@ -327,9 +329,21 @@ def script(spec: str) -> str:
         compare=(case.compare.kind, case.compare.rtol, case.compare.atol, case.compare.allow_nonfinite),
         grad_compare=(grad_spec.kind, grad_spec.rtol, grad_spec.atol, grad_spec.allow_nonfinite),
         outputs=None if case.compare_outputs is None else tuple(case.compare_outputs),
-        grad_seeds=[case.grad_seed(i) for i in range(16)], needs_mesh=bool(case.needs_mesh), compare_np=_COMPARE_NP)
+        grad_seeds=[case.grad_seed(i) for i in range(16)], needs_mesh=bool(case.needs_mesh), compare_np=_COMPARE_NP,
+        redistribute_inputs=_placements_source(case.redistribute_inputs),
+        local_out=_placements_source(case.local_output_placements),
+        redistribute_outputs=_placements_source(case.redistribute_outputs),
+        has_local_fn=case.local_fn is not None)
     compile(body, f"repro of {case.name}", "exec")  # a script that does not parse is meshtest's bug
     return body
+
+
+def _placements_source(entries: Any) -> str:
+    """``None``, or a list literal with one entry (``None`` or a placement list) per tensor."""
+    if entries is None:
+        return "None"
+    return "[" + ", ".join("None" if e is None else "[" + ", ".join(placement_source(p) for p in e) + "]"
+                           for e in entries) + "]"
 
 
 def _spec_tuple(spec: Any) -> Any:
@@ -478,6 +492,10 @@ GRAD_COMPARE = {grad_compare!r}
 COMPARE_OUTPUTS = {outputs!r}  # None: every output
 GRAD_SEEDS = {grad_seeds!r}  # seed of the upstream gradient of output i
 NEEDS_MESH = {needs_mesh!r}
+REDISTRIBUTE_INPUTS = {redistribute_inputs}  # the case's step before the op: None, or per input None/placements
+LOCAL_OUTPUT_PLACEMENTS = {local_out}  # with local_fn: the distributed call runs on local shards (local_map)
+REDISTRIBUTE_OUTPUTS = {redistribute_outputs}  # the case's step after the op: per output None/placements
+HAS_LOCAL_FN = {has_local_fn!r}
 TORCH_DTYPES = {{"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
                 "float64": torch.float64, "complex64": torch.complex64, "complex128": torch.complex128,
                 "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
@@ -536,7 +554,20 @@ def main():
         else:
             dist_in.append(distribute_tensor(t.detach(), mesh, PLACEMENTS[i]).requires_grad_(t.requires_grad))
     dist_in += [distribute_tensor(t, mesh, p) for t, (_, p) in zip(derived, DERIVED)]
-    out = as_tuple(fn(*dist_in, **({{"mesh": mesh}} if NEEDS_MESH else {{}})), "fn (distributed)")
+    op_in = dist_in
+    if REDISTRIBUTE_INPUTS is not None:
+        op_in = [t if i >= len(REDISTRIBUTE_INPUTS) or REDISTRIBUTE_INPUTS[i] is None
+                 else t.redistribute(mesh, REDISTRIBUTE_INPUTS[i]) for i, t in enumerate(dist_in)]
+    if HAS_LOCAL_FN:
+        from torch.distributed.tensor.experimental import local_map
+
+        placed = LOCAL_OUTPUT_PLACEMENTS[0] if len(LOCAL_OUTPUT_PLACEMENTS) == 1 else tuple(LOCAL_OUTPUT_PLACEMENTS)
+        out = as_tuple(local_map(lambda *xs: local_fn(*xs, mesh=mesh), out_placements=placed,
+                                 device_mesh=mesh)(*op_in), "local_fn")
+    else:
+        out = as_tuple(fn(*op_in, **({{"mesh": mesh}} if NEEDS_MESH else {{}})), "fn (distributed)")
+    if REDISTRIBUTE_OUTPUTS is not None:
+        out = tuple(o if p is None else o.redistribute(mesh, p) for o, p in zip(out, REDISTRIBUTE_OUTPUTS))
     if len(out) != len(ref):
         raise ValueError(f"fn returned {{len(out)}} output(s) distributed but {{len(ref)}} on the reference")
     chosen = range(len(out)) if COMPARE_OUTPUTS is None else COMPARE_OUTPUTS
@@ -562,6 +593,7 @@ def main():
         print(f"rank {{rank}}: {{m}}", flush=True)
     if not failures:
         print(f"rank {{rank}}: every comparison holds", flush=True)
+    dist.barrier()  # every rank done with its collectives before the group goes (else gloo may abort at exit)
     dist.destroy_process_group()
     sys.exit(1 if failures else 0)
 
@@ -742,6 +774,7 @@ def main():
     par = train(mesh, parallel=True)
     found = first_difference(base, par)
     print(f"rank {{rank}}: {{found or 'every comparison holds'}}", flush=True)
+    dist.barrier()  # every rank done with its collectives before the group goes (else gloo may abort at exit)
     dist.destroy_process_group()
     sys.exit(1 if found else 0)
 

@@ -1,7 +1,8 @@
 """``python -m meshtest repro``: the exported script imports no meshtest and, run under torchrun,
 fails as the case's known failure says (an op case's wrong values, a generated case's distinct
 Partial parts given rank by rank, an op that raises, a training case that raises in its parallel
-run) and exits 0 for a passing op case and a passing training case; a training script whose
+run, a local_fn output declared with the wrong placements) and exits 0 for a passing op case
+(one with declared redistribute and local_fn steps too) and a passing training case; a training script whose
 parallel run drifts reports the step (~2 min)."""
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ CASES = [
     ("cases/torch/opinfo/case_opinfo_pointwise.py::nanmean.float32.s0.m2x2.S0Psum", 1),  # per-rank Partial parts
     ("cases/torch/case_sdpa.py::sdpa_causal_batch_s0_mesh2", 1),  # the op raises
     ("cases/torch/case_sort.py::sort_dim1_s0_mesh2", 0),  # passes
+    # declared steps: an input redistributed, then a local_fn on the shards (local_map), passes
+    ("cases/torch/case_collective.py::coll_submesh_tp_colsplit_dp_tp", 0),
     # a training case: clip_grad_norm_ over TP and FSDP meshes raises in the parallel run
     ("cases/torch/training/case_train_l3_combinations.py::clip_grad_fsdp_tp_mixed_meshes", 1),
     ("cases/torch/training/case_train_l3_combinations.py::clip_grad_fsdp_tp_2d", 0),  # TP+FSDP+clip, passes
@@ -69,6 +72,15 @@ def test_a_training_script_whose_parallel_run_drifts_names_the_step(tmp_path):
     out.write_text(text.replace(line, line.rstrip("\n") + " * (1.001 if parallel else 1.0)\n"))
     ran, world = _torchrun(tmp_path, out, text)
     assert ran.returncode != 0 and (ran.stdout + ran.stderr).count("step 0 loss: 1 of 1 elements outside") == world
+
+
+def test_a_local_fn_whose_declared_placements_are_wrong_fails_in_the_script_too(tmp_path):
+    """The canary of the exported declared steps: the fixture's replicated local_fn output
+    declared Shard(0) claims twice the rows, in the script as in meshtest."""
+    out, text = _export(tmp_path, "cases/faults/case_faults_steps.py::steps_local_fn_wrong_placements")
+    ran, world = _torchrun(tmp_path, out, text)
+    said = ran.stdout + ran.stderr
+    assert ran.returncode != 0 and said.count("output[0]: shape (8, 3) != reference shape (4, 3)") == world, said[-3000:]
 
 
 def load_op_case_from(spec):
