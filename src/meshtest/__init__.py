@@ -35,6 +35,7 @@ _EXPORTS = {
     "ScenarioCase": "model.spec",
     "ScenarioContext": "rank.scenario",
     "Phase": "model.train",
+    "Pipeline": "model.train",
     "ShardBackend": "platforms.backend",
     "Stability": "model.train",
     "Status": "status",

@@ -40,3 +40,26 @@ def test_each_declared_step_runs_and_fails_at_its_own_step(tmp_path, lane):
     assert verdict("steps_redistribute_output_wrong") == ("fail", ["placement"]), told
     assert "placements (Shard(0),) != expected (Shard(1),)" in \
         results["steps_redistribute_output_wrong"]["failures"][0]["error"]
+
+
+CHECKPOINT_FIXTURE = os.path.join("cases", "faults", "case_faults_checkpoint.py")
+
+
+def _run_checkpoint_fixture(tmp_path, fault):
+    out = tmp_path / f"out-{fault}"
+    env = {**os.environ, "PYTHONPATH": SRC_ROOT, "MESHTEST_FAULT_DCP_OFFSETS": "1" if fault else "0"}
+    proc = subprocess.run([sys.executable, "-m", "meshtest", CHECKPOINT_FIXTURE, "--tag", "cpu_faults",
+                           "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    (line,) = (out / "results.jsonl").read_text().splitlines()
+    return json.loads(line), proc.stdout + proc.stderr
+
+
+def test_the_checkpoint_step_reads_back_what_was_saved_and_wrong_saved_offsets_fail_at_compare(tmp_path):
+    """The canary of ``checkpoint_inputs``: the uneven (Shard(0), Shard(0)) round trip passes, and
+    passes no more when DCP's save records two ranks' shards at each other's offsets."""
+    right, told = _run_checkpoint_fixture(tmp_path, fault=False)
+    assert right["status"] == "pass", told
+    wrong, told = _run_checkpoint_fixture(tmp_path, fault=True)
+    assert wrong["status"] == "fail" and {f["step"] for f in wrong["failures"]} == {"compare"}, told
+    assert "12 of 21 elements differ" in wrong["failures"][0]["error"]

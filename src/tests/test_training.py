@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import meshtest
-from meshtest import CaseDeclarationError, TrainCase
+from meshtest import CaseDeclarationError, Pipeline, Shard, TrainCase
 from meshtest.model.scan import scan_case_source
-from meshtest.model.train import Stability
+from meshtest.model.train import Stability, placements_for
 from meshtest.platforms.backend import TrainSnapshot
 from meshtest.rank.compare import CompareError
 from meshtest.rank.train import compare_runs
@@ -24,6 +24,10 @@ from meshtest.status import Status
 
 SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
 REPO = os.path.dirname(SRC_ROOT)
+
+
+def _split(model, stage, num_stages):
+    return model
 
 
 def _case(**kw):
@@ -45,11 +49,54 @@ def _case(**kw):
     (dict(expect_raises=(ValueError, "x"), steps=4, stability=Stability(warmup=1, rss_growth_mb=8.0)),
      "expect-raises", "not with phases= or stability="),
     (dict(expect_raises=("ValueError", "x")), "expect-raises", "'ValueError' is not an exception class"),
+    (dict(pipeline=_split), "pipeline", "pipeline must be Pipeline(...)"),
+    (dict(pipeline=Pipeline(_split), requires=("pipelining",), train_step=lambda *a: None), "pipeline",
+     "pipeline and train_step exclude each other"),
+    (dict(pipeline=Pipeline(_split)), "pipeline", "add requires=('pipelining',)"),
+    (dict(pipeline=Pipeline(_split, "Zigzag"), requires=("pipelining",)), "pipeline", "schedule 'Zigzag' unknown"),
+    (dict(pipeline=Pipeline(_split, "1F1B", stages_per_rank=2), requires=("pipelining",)), "pipeline",
+     "runs one stage per rank"),
+    (dict(pipeline=Pipeline(_split, "ZBVZeroBubble", stages_per_rank=3), requires=("pipelining",)), "pipeline",
+     "stages_per_rank must be 2"),
+    (dict(pipeline=Pipeline(_split, "GPipe", microbatches=0), requires=("pipelining",)), "pipeline",
+     "microbatches must be an integer >= 1"),
+    (dict(pipeline=Pipeline(_split, "GPipe", axis="pp"), requires=("pipelining",)), "pipeline",
+     "axis 'pp' is not one of the mesh axis names ('dp',)"),
+    (dict(pipeline=Pipeline(_split, "actions"), requires=("pipelining",)), "pipeline",
+     'Pipeline.actions and schedule="actions" go together'),
+    (dict(pipeline=Pipeline(_split, "actions", actions={0: "0F0 0B0"}), requires=("pipelining",)), "pipeline",
+     "must map every pipeline rank 0..1"),
+    (dict(pipeline=Pipeline(_split, "actions", actions={0: "0F0 0SEND_F0", 1: "1F0 1B0"}), requires=("pipelining",)),
+     "pipeline", "compute actions '<stage><F|B|I|W><micro>'"),
+    (dict(pipeline=Pipeline(_split, "actions", actions={0: "0F0 0B0", 1: "2F0 2B0"}), requires=("pipelining",)),
+     "pipeline", "names stage(s) [2]; there are 2"),
+    (dict(grad_sync="never"), "grad-sync", "grad_sync must be one of ('every', 'last')"),
+    (dict(grad_sync="last"), "grad-sync", "it needs grad_accum >= 2"),
+    (dict(checkpoint="zip"), "checkpoint", "checkpoint must be one of ('dcp', 'full', 'full_broadcast')"),
+    (dict(checkpoint="full"), "checkpoint", "add phases=(Phase(...),)"),
+    (dict(param_placements={"*.weight": (Shard(0), Shard(0))}), "param-placements",
+     "one placement per mesh dimension (mesh_shape (2,))"),
+    (dict(param_placements={}), "param-placements", "must be a non-empty"),
 ])
 def test_train_declaration_rules(kw, rule, words):
     with pytest.raises(CaseDeclarationError) as e:
         _case(**kw)
     assert f"rule {rule}" in str(e.value) and words in str(e.value)
+
+
+def test_declared_plans_normalise_and_place_stages():
+    case = _case(param_placements={"*.weight": (Shard(0),), "head.*": (Shard(1),)}, grad_sync="last", grad_accum=2)
+    assert case.param_placements == (("*.weight", (Shard(0),)), ("head.*", (Shard(1),)))
+    assert placements_for(case.param_placements, "head.weight") == (Shard(0),)  # the first pattern wins
+    assert placements_for(case.param_placements, "head.bias") == (Shard(1),)
+    assert placements_for(case.param_placements, "blocks.0.bias") is None  # replicated
+    loop = Pipeline(_split, "Interleaved1F1B", stages_per_rank=2)
+    assert [loop.stages_of(r, 2) for r in (0, 1)] == [(0, 2), (1, 3)]
+    v = Pipeline(_split, "ZBVZeroBubble", stages_per_rank=2)
+    assert [v.stages_of(r, 2) for r in (0, 1)] == [(0, 3), (1, 2)]
+    table = _case(pipeline=Pipeline(_split, "actions", actions={1: "1F0 1B0", 0: "0F0 0B0"}),
+                  requires=("pipelining",)).pipeline
+    assert table.actions == ((0, "0F0 0B0"), (1, "1F0 1B0")) and table.stages_of(1, 2) == (1,)
 
 
 def test_scan_tags_training_targets_by_capability_and_layer():

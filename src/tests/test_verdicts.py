@@ -10,6 +10,7 @@ import pytest
 from meshtest import (
     CaseDeclarationError,
     CompareSpec,
+    ExpectRaises,
     InputSpec,
     LocalInput,
     OpShardCase,
@@ -97,6 +98,12 @@ def test_locals_that_do_not_assemble_say_why(spec, placements, words):
     (dict(local_fn=lambda x, mesh: x, local_output_placements=(None,)), "declared-steps", "(no None)"),
     (dict(local_fn=3, local_output_placements=((Shard(0),),)), "declared-steps", "must be callable"),
     (dict(redistribute_outputs=((Shard(0), Shard(0)),)), "expected-placements", "redistribute_outputs[0]"),
+    (dict(checkpoint_inputs=((Shard(0),), None)), "declared-steps", "one entry (None or the placements to load"),
+    (dict(checkpoint_inputs=(None,)), "declared-steps", "checkpoints no input"),
+    (dict(checkpoint_inputs=((Shard(2),),)), "shard-dim", "checkpoint_inputs[0]"),
+    (dict(expect_raises=ExpectRaises(ValueError, "x", or_pass=1)), "expect-raises", "or_pass must be True or False"),
+    (dict(inputs=[LocalInput((4,), lambda c: np.ones(2), checked="no")]), "local-input",
+     "checked must be True or False"),
 ])
 def test_declaration_traps_are_registration_errors(kw, rule, words):
     with pytest.raises(CaseDeclarationError) as e:
@@ -154,6 +161,45 @@ def test_expect_raises_passes_on_the_named_exception_and_fails_otherwise():
     assert quiet.status is Status.FAIL and "the case completed without raising" in quiet.error
     elsewhere = run_case(_op(_raise_on_dist, expect_raises=(ValueError, "", "compare")), NumpyBackend(), None)
     assert elsewhere.status is Status.FAIL and "at step compare; got ValueError at step run" in elsewhere.error
+
+
+def _wrong_on_dist(x):
+    return Dist(x.a + 1) if isinstance(x, Dist) else x
+
+
+def test_raises_or_passes_takes_either_outcome_and_nothing_else():
+    either = ExpectRaises(ValueError, "mismatch", or_pass=True)
+    raised = run_case(_op(_raise_on_dist, expect_raises=either), NumpyBackend(), None)
+    assert raised.status is Status.PASS and "raised as expected: ValueError" in raised.detail
+    right = run_case(_op(lambda x: x + 0, expect_raises=either), NumpyBackend(), None)
+    assert (right.status, right.step) == (Status.PASS, "compare") and "completed and right" in right.detail
+    wrong = run_case(_op(_wrong_on_dist, expect_raises=either), NumpyBackend(), None)
+    assert (wrong.status, wrong.step) == (Status.FAIL, "compare")
+    assert wrong.error.startswith("expected ValueError matching 'mismatch' at step run (or a pass); neither: it "
+                                  "completed and differs at step compare: output[0]")
+    other = run_case(_op(_raise_on_dist, expect_raises=ExpectRaises(KeyError, "", or_pass=True)), NumpyBackend(), None)
+    assert other.status is Status.FAIL and "got ValueError at step run" in other.error
+
+
+def test_unchecked_locals_go_to_the_platform_and_without_a_global_tensor_there_is_no_reference():
+    class AsGiven(NumpyBackend):
+        def from_locals(self, locals_, dtype, mesh, mesh_shape, placements, global_shape, requires_grad=False, *,
+                        checked=True):
+            self.checked = checked
+            return Dist(np.concatenate([locals_[(0,)], locals_[(1,)]]))
+
+    differ = LocalInput((2,), lambda c: np.full(2, float(c[0])), checked=False)  # Replicate, yet they differ
+    backend = AsGiven()
+    r = run_case(_op(inputs=[differ], placements=[(Replicate(),)]), backend, None)
+    assert backend.checked is False and (r.status, r.step) == (Status.ERROR, "reference")
+    assert "the platform accepted locals that make no global tensor (locals differ over mesh dim 0" in r.error
+    refused = run_case(_op(inputs=[differ], placements=[(Replicate(),)], expect_raises=(ValueError, "make no global",
+                                                                                       "reference")),
+                       backend, None)
+    assert refused.status is Status.PASS
+    checked = run_case(_op(inputs=[LocalInput((2,), lambda c: np.full(2, float(c[0])))], placements=[(Replicate(),)]),
+                       backend, None)
+    assert (checked.status, checked.step) == (Status.ERROR, "build") and "locals differ" in checked.error
 
 
 def test_a_scenario_expects_an_exception_at_any_step_unless_one_is_named():
@@ -298,3 +344,5 @@ def test_a_declared_step_the_platform_lacks_is_unsupported_at_that_step_never_pa
     r = run_case(_op(lambda x: x + 0, local_fn=lambda x, mesh: x, local_output_placements=((Shard(0),),)),
                  PlacedBackend(), None)
     assert (r.status, r.step) == (Status.UNSUPPORTED, "run") and "local_map" in r.error
+    r = run_case(_op(lambda x: x + 0, checkpoint_inputs=((Replicate(),),)), PlacedBackend(), None)
+    assert (r.status, r.step) == (Status.UNSUPPORTED, "checkpoint") and "no sharded checkpoint" in r.error

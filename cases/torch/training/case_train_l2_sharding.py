@@ -17,9 +17,20 @@ state agree, step by step.
 - TP through a transformer's paths: vocab-sharded embedding, heads sharded in attention,
   Colwise/Rowwise MLP, vocab-sharded logits gathered for the cross-entropy.
 """
-from cases.torch.training.models import adam, cross_entropy, mlp, mse, regression, sgd_momentum, stack, tiny_lm, tokens
-from cases.torch.training.plans import fsdp_bf16, fsdp_per_block, gpipe_step, pp_two_stages, tp_transformer
-from meshtest import CompareSpec, TrainCase, TrainCompare, register
+from cases.torch.training.models import (
+    adam,
+    cross_entropy,
+    mlp,
+    mse,
+    regression,
+    sgd_momentum,
+    stack,
+    stack_stage,
+    tiny_lm,
+    tokens,
+)
+from cases.torch.training.plans import fsdp_bf16, fsdp_per_block, tp_transformer
+from meshtest import CompareSpec, Pipeline, Shard, TrainCase, TrainCompare, register
 
 TP = ("tp",)
 DP = ("dp",)
@@ -62,7 +73,7 @@ register(TrainCase(name="train_tp_clip_grad_norm", model=mlp, data=regression, l
                    parallelize=tp_colwise_rowwise, optimizer=adam, steps=2, clip_grad_norm=0.2, mesh_shape=(2,),
                    mesh_dim_names=TP, tags=L1, capabilities=("tp", "clip_grad"), layer=2, requires=("tp.styles",)))
 register(TrainCase(name="train_pp_clip_grad_norm_across_stages", model=stack, data=regression, loss=mse,
-                   parallelize=pp_two_stages, train_step=gpipe_step, optimizer=sgd_momentum, steps=2,
+                   pipeline=Pipeline(stack_stage, "GPipe"), optimizer=sgd_momentum, steps=2,
                    clip_grad_norm=0.2, mesh_shape=(2,), mesh_dim_names=("pp",), tags=L1,
                    capabilities=("pp", "clip_grad"), layer=2, requires=("pipelining",)))
 
@@ -105,3 +116,15 @@ register(TrainCase(name="train_fsdp2_tied_weights_in_separate_units_raise", mode
                    capabilities=("fsdp",), layer=1, requires=("fsdp2",),
                    expect_raises=(ValueError, r"Parameter 'head\.weight' is shared with a parameter already managed "
                                               r"by another FSDP group.*fully_shard\(\[module_a, module_b\]\)")))
+
+# Gradient accumulation without a sync per micro-batch (FSDP2's set_requires_gradient_sync(False)
+# until the last micro-batch): one reduce-scatter per step, the same gradients.
+register(TrainCase(name="train_fsdp2_no_sync_grad_accum", model=stack, data=regression, loss=mse,
+                   parallelize=fsdp_per_block, optimizer=sgd_momentum, steps=2, grad_accum=2, grad_sync="last",
+                   batch_split="dp", mesh_shape=(2,), mesh_dim_names=DP, tags=L0, capabilities=("fsdp",), layer=2,
+                   requires=("fsdp2",)))
+# "Place every parameter as P": each weight (Shard(0), Shard(0)) on a 2 x 2 mesh, each bias
+# replicated; the gradients are redistributed to their weights' placements before SGD's update.
+register(TrainCase(name="train_params_shard0_shard0_sgd", model=mlp, data=regression, loss=mse,
+                   param_placements={"*.weight": (Shard(0), Shard(0))}, steps=2, mesh_shape=(2, 2),
+                   mesh_dim_names=("a", "b"), tags=L1, capabilities=("shard",), layer=2))

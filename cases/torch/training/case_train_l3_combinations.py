@@ -45,6 +45,7 @@ from cases.torch.training.models import (
     sequences,
     sgd_momentum,
     stack,
+    stack_stage,
     stage_of,
     tiny_lm,
     tokens,
@@ -58,7 +59,7 @@ from cases.torch.training.plans import (
     tp_fsdp_2d,
     tp_transformer,
 )
-from meshtest import CompareSpec, KnownFailure, TrainCase, TrainCompare, register
+from meshtest import CompareSpec, KnownFailure, Pipeline, TrainCase, TrainCompare, register
 
 L0 = ("cpu_level0", "cpu_level1")
 L1 = ("cpu_level1",)
@@ -137,19 +138,9 @@ def scaled_baseline(api):
     return model
 
 
-def tp_pp_2d(model, ctx):
-    """Stage ``p`` (the ``pp`` coordinate) = blocks 2p, 2p+1 (the head on stage 1), its MLPs
-    Colwise/Rowwise over the ``tp`` sub-mesh; GPipe over ``pp`` with 4 micro-batches."""
-    api, pipe = ctx.api, ctx.api.pipelining
-    p = ctx.mesh.get_local_rank("pp")
-    part = stage_of(model, [str(2 * p), str(2 * p + 1)], head=p == 1)
-    tp_blocks(part, ctx, ctx.mesh["tp"])
-    stage = pipe.PipelineStage(part, stage_index=p, num_stages=2, device=api.torch.device("cpu"),
-                               group=ctx.mesh.get_group("pp"))
-    ctx.state["schedule"] = pipe.ScheduleGPipe(stage, n_microbatches=4, loss_fn=mse)
-    ctx.state["stage"] = p
-    ctx.partial = True
-    return part
+def tp_of_stage(part, ctx):
+    """A pipeline stage's MLPs Colwise/Rowwise over the ``tp`` sub-mesh."""
+    return tp_blocks(part, ctx, ctx.mesh["tp"])
 
 
 def gpipe_2d_step(model, inputs, target, loss_fn, ctx):
@@ -261,9 +252,9 @@ register(TrainCase(name="shard_tp_layout_injection_args_kwargs", model=scaled_ba
 register(TrainCase(name="tp_fsdp_2d_one_step", model=stack, data=regression, loss=mse, parallelize=tp_fsdp_2d,
                    optimizer=adam, steps=2, batch_split="dp", mesh_shape=(2, 2), mesh_dim_names=DP_TP, tags=L1,
                    capabilities=("tp", "fsdp"), layer=3, requires=("fsdp2", "tp.styles")))
-register(TrainCase(name="tp_pp_gpipe_2d", model=stack, data=regression, loss=mse, parallelize=tp_pp_2d,
-                   train_step=gpipe_2d_step, optimizer=sgd_momentum, steps=2, mesh_shape=(2, 2),
-                   mesh_dim_names=("pp", "tp"), tags=L1, capabilities=("tp", "pp"), layer=3,
+register(TrainCase(name="tp_pp_gpipe_2d", model=stack, data=regression, loss=mse, parallelize=tp_of_stage,
+                   pipeline=Pipeline(stack_stage, "GPipe", axis="pp"), optimizer=sgd_momentum, steps=2,
+                   mesh_shape=(2, 2), mesh_dim_names=("pp", "tp"), tags=L1, capabilities=("tp", "pp"), layer=3,
                    requires=("pipelining", "tp.styles")))
 register(TrainCase(name="cp_tp_attention", model=attention, data=sequences, loss=mse, parallelize=tp_cp_attention,
                    train_step=context_parallel_step, steps=2, mesh_shape=(2, 2), mesh_dim_names=("cp", "tp"),

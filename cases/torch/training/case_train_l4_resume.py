@@ -14,15 +14,28 @@ changes every step, so a resume that drops the RNG, the scheduler, the optimizer
 data position leaves the continuous run at its first step.
 
 - TP, FSDP2, PP (GPipe) and TP+FSDP (2-D): save after 2 steps, resume for 2 on the same mesh.
+- The full state dict instead of DCP (``checkpoint="full"``: gathered, written by rank 0, read by
+  every rank; ``"full_broadcast"``: read by rank 0 only and sent to the others with
+  ``broadcast_from_rank0``), for FSDP2 and TP.
 - FSDP2 + meta-device init (layer 3's "resume + FSDP + meta init"): phase 2 materializes the
   model from meta, then loads over it.
 - Cross-mesh restore: FSDP2 saved on ``(4,)``, loaded on ``(2, 2)`` (TP+FSDP) and on ``(2,)``;
   the continuous run on the new mesh re-associates the sums of the steps before the stop
   differently, so continuity is within the float32 tolerance there, not exact.
 """
-from cases.torch.training.models import adam, decaying_lr, init_stack, mse, noisy_stack, regression, sgd_momentum, stack
-from cases.torch.training.plans import fsdp_per_block, gpipe_step, meta_init_fsdp, pp_two_stages, tp_blocks, tp_fsdp_2d
-from meshtest import CompareSpec, Phase, TrainCase, register
+from cases.torch.training.models import (
+    adam,
+    decaying_lr,
+    init_stack,
+    mse,
+    noisy_stack,
+    regression,
+    sgd_momentum,
+    stack,
+    stack_stage,
+)
+from cases.torch.training.plans import fsdp_per_block, meta_init_fsdp, tp_blocks, tp_fsdp_2d
+from meshtest import CompareSpec, Phase, Pipeline, TrainCase, register
 
 L0 = ("cpu_level0", "cpu_level1")
 L1 = ("cpu_level1",)
@@ -37,7 +50,7 @@ register(TrainCase(name="resume_tp_adam_lambda_lr", model=noisy_stack, data=regr
                    mesh_shape=(2,), mesh_dim_names=("tp",), tags=L1, capabilities=("tp", "resume", "dcp"), layer=4,
                    requires=("tp.styles",)))
 register(TrainCase(name="resume_pp_gpipe_momentum", model=stack, data=regression, loss=mse,
-                   parallelize=pp_two_stages, train_step=gpipe_step, optimizer=sgd_momentum, scheduler=decaying_lr,
+                   pipeline=Pipeline(stack_stage, "GPipe"), optimizer=sgd_momentum, scheduler=decaying_lr,
                    steps=2, phases=(Phase(steps=2),), mesh_shape=(2,), mesh_dim_names=("pp",), tags=L1,
                    capabilities=("pp", "resume", "dcp"), layer=4, requires=("pipelining",)))
 register(TrainCase(name="resume_tp_fsdp_2d_adam", model=noisy_stack, data=regression, loss=mse,
@@ -59,3 +72,11 @@ register(TrainCase(name="resume_fsdp2_meta_init", model=init_stack, data=regress
                    parallelize=meta_init_fsdp, optimizer=adam, scheduler=decaying_lr, steps=2, batch_split="dp",
                    phases=(Phase(steps=2),), mesh_shape=(2,), mesh_dim_names=("dp",), tags=L1,
                    capabilities=("fsdp", "init", "resume", "dcp"), layer=3, requires=("fsdp2", "meta_init")))
+register(TrainCase(name="resume_fsdp2_full_state_broadcast", model=noisy_stack, data=regression, loss=mse,
+                   parallelize=fsdp_per_block, optimizer=adam, scheduler=decaying_lr, steps=2, batch_split="dp",
+                   phases=(Phase(steps=2),), checkpoint="full_broadcast", mesh_shape=(2,), mesh_dim_names=("dp",),
+                   tags=L1, capabilities=("fsdp", "resume", "dcp"), layer=4, requires=("fsdp2",)))
+register(TrainCase(name="resume_tp_full_state", model=noisy_stack, data=regression, loss=mse, parallelize=tp_blocks,
+                   optimizer=adam, scheduler=decaying_lr, steps=2, phases=(Phase(steps=2),), checkpoint="full",
+                   mesh_shape=(2,), mesh_dim_names=("tp",), tags=L1, capabilities=("tp", "resume", "dcp"), layer=4,
+                   requires=("tp.styles",)))

@@ -23,6 +23,7 @@ from cases.torch.training.models import (
     sequences,
     sgd_momentum,
     stack,
+    stack_stage,
 )
 from cases.torch.training.plans import (
     ac_full,
@@ -32,10 +33,8 @@ from cases.torch.training.plans import (
     expert_parallel,
     fsdp_bf16,
     fsdp_per_block,
-    gpipe_step,
     layouts_at_the_root,
     meta_init_fsdp,
-    pp_two_stages,
     scaled_loss_step,
     sharded_target_step,
     swap_to_cpu,
@@ -43,7 +42,7 @@ from cases.torch.training.plans import (
     tp_blocks,
     tp_fsdp_2d,
 )
-from meshtest import Stability, TrainCase, register
+from meshtest import Pipeline, Stability, TrainCase, register
 
 NIGHTLY = ("cpu_nightly",)
 STEPS = 300
@@ -57,9 +56,10 @@ register(TrainCase(name="long_run_tp", model=stack, data=regression, loss=mse, p
 register(TrainCase(name="long_run_fsdp2", model=stack, data=regression, loss=mse, parallelize=fsdp_per_block,
                    optimizer=adam, steps=STEPS, batch_split="dp", stability=LONG, mesh_shape=(2,),
                    mesh_dim_names=("dp",), tags=NIGHTLY, capabilities=("fsdp",), layer=4, requires=("fsdp2",)))
-register(TrainCase(name="long_run_pp_gpipe", model=stack, data=regression, loss=mse, parallelize=pp_two_stages,
-                   train_step=gpipe_step, optimizer=sgd_momentum, steps=STEPS, stability=LONG, mesh_shape=(2,),
-                   mesh_dim_names=("pp",), tags=NIGHTLY, capabilities=("pp",), layer=4, requires=("pipelining",)))
+register(TrainCase(name="long_run_pp_gpipe", model=stack, data=regression, loss=mse,
+                   pipeline=Pipeline(stack_stage, "GPipe"), optimizer=sgd_momentum, steps=STEPS, stability=LONG,
+                   mesh_shape=(2,), mesh_dim_names=("pp",), tags=NIGHTLY, capabilities=("pp",), layer=4,
+                   requires=("pipelining",)))
 register(TrainCase(name="long_run_ac", model=stack, data=regression, loss=mse, parallelize=ac_full, optimizer=adam,
                    steps=STEPS, stability=LONG, mesh_shape=(1,), tags=NIGHTLY, capabilities=("ac",), layer=4,
                    requires=("checkpoint",)))

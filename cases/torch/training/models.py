@@ -66,6 +66,14 @@ def stage_of(model, blocks, head):
     return part
 
 
+def stack_stage(model, stage, num_stages):
+    """Stage ``stage`` of ``num_stages`` of a :func:`stack` (a ``Pipeline.split``): an equal
+    share of the blocks in order (:func:`stage_of`), the head on the last stage."""
+    names = list(model.blocks)
+    per = len(names) // num_stages
+    return stage_of(model, names[stage * per:(stage + 1) * per], head=stage == num_stages - 1)
+
+
 def deterministic_init(model, api):
     """Every parameter set to ``0.1 * sin(0.37 * (i + 1))`` over its global elements (plain or
     DTensor: the full values are laid out by the parameter's own placements), so that a model

@@ -4,7 +4,7 @@ Each is a ``parallelize(model, ctx)`` or ``train_step(...)`` of :class:`meshtest
 the :func:`~cases.torch.training.models.stack` model: blocks ``blocks.<i>`` (an MLP ``mlp.w1``,
 ``mlp.w2`` each) and a ``head``.
 """
-from cases.torch.training.models import deterministic_init, mse, stage_of
+from cases.torch.training.models import deterministic_init
 
 
 def fsdp_per_block(model, ctx, mesh=None):
@@ -31,28 +31,6 @@ def tp_fsdp_2d(model, ctx):
     """2-D: TP inside ``tp``, then FSDP2 over ``dp`` (torchtitan's order: TP first, then
     ``fully_shard`` on the ``dp`` sub-mesh)."""
     return fsdp_per_block(tp_blocks(model, ctx, ctx.mesh["tp"]), ctx, ctx.mesh["dp"])
-
-
-def pp_two_stages(model, ctx):
-    """Stage r = blocks 2r, 2r+1 (the head on stage 1), GPipe over 4 micro-batches, over the
-    case's 1-D ``pp`` mesh."""
-    pipe = ctx.api.pipelining
-    part = stage_of(model, [str(2 * ctx.rank), str(2 * ctx.rank + 1)], head=ctx.rank == 1)
-    stage = pipe.PipelineStage(part, stage_index=ctx.rank, num_stages=2, device=ctx.api.torch.device("cpu"))
-    ctx.state["schedule"] = pipe.ScheduleGPipe(stage, n_microbatches=4, loss_fn=mse)
-    ctx.partial = True
-    return part
-
-
-def gpipe_step(model, inputs, target, loss_fn, ctx):
-    """One GPipe step of :func:`pp_two_stages`: stage 0 feeds the inputs, stage 1 returns the
-    mean micro-batch loss."""
-    losses = []
-    if ctx.rank == 0:
-        ctx.state["schedule"].step(*inputs)
-        return None
-    ctx.state["schedule"].step(target=target, losses=losses)
-    return sum(losses) / len(losses)
 
 
 def meta_init_fsdp(model, ctx):

@@ -42,12 +42,22 @@ class LocalInput:
     :param dtype: one of :data:`meshtest.model.spec.DTYPES`; integer dtypes may be ``Partial``.
     :param requires_grad: the distributed input is a leaf that requires grad (float dtypes only);
         its gradient is compared with the reference input's, like an ``InputSpec``'s.
+    :param checked: ``True`` (default): meshtest requires the locals to assemble (:func:`assemble`)
+        and each local to have the shape the platform lays out for its rank, then builds the input
+        with the declared global shape and no check of the platform's own (torch:
+        ``DTensor.from_local(..., run_check=False, shape=..., stride=...)``). ``False``: the locals
+        go to the platform as given, and the platform's own check is the subject (torch:
+        ``DTensor.from_local(local, mesh, placements, run_check=True)``, the global shape inferred
+        by torch): feed it a layout it must refuse and declare the refusal with ``expect_raises``
+        at step ``build``. When the locals do not assemble there is no reference: a case that gets
+        past ``build`` then fails at step ``reference`` saying so.
     """
 
     shape: Tuple[int, ...]
     local: Callable[[Coord], Any]
     dtype: str = "float32"
     requires_grad: bool = False
+    checked: bool = True
 
     def validate(self, file: str, case: str, index: int) -> "LocalInput":
         """Rules ``input-shape``, ``input-dtype``, ``local-input``; returns a normalised copy."""
@@ -68,6 +78,9 @@ class LocalInput:
         if self.requires_grad and self.dtype not in FLOAT_DTYPES:
             raise CaseDeclarationError(file, case, "input-dtype",
                                        f"{where}: requires_grad needs a float dtype, not {self.dtype!r}")
+        if not isinstance(self.checked, bool):
+            raise CaseDeclarationError(file, case, "local-input",
+                                       f"{where}.checked must be True or False; got {self.checked!r}")
         return dataclasses.replace(self, shape=tuple(self.shape))
 
 

@@ -64,7 +64,7 @@ OP = CaseKind("op", "OpShardCase", (
     _f("compare"), _f("tags", True), _f("derived_inputs"), _f("compare_outputs"), _f("needs_mesh", True),
     _f("solo_launcher", True), _f("known_failure", True), _f("grad_compare"), _f("timeout_s"), _f("output_placements"),
     _f("grad_placements"), _f("expect_raises"), _f("simulation_limit", True), _f("redistribute_inputs"),
-    _f("local_fn"), _f("local_output_placements"), _f("redistribute_outputs"),
+    _f("local_fn"), _f("local_output_placements"), _f("redistribute_outputs"), _f("checkpoint_inputs"),
 ), fixed={"requires": (), "spec_id": None, "capabilities": (), "layer": None})
 
 SCENARIO = CaseKind("scenario", "ScenarioCase", (
@@ -79,7 +79,7 @@ TRAIN = CaseKind("train", "TrainCase", (
     _f("compare"), _f("scheduler"), _f("phases"), _f("restore"), _f("stability"),
     _f("mesh_dim_names", True), _f("tags", True), _f("capabilities", True), _f("layer", True), _f("requires", True),
     _f("spec_id", True), _f("known_failure", True), _f("divergence"), _f("solo_launcher", True), _f("timeout_s"),
-    _f("expect_raises"),
+    _f("expect_raises"), _f("pipeline"), _f("grad_sync"), _f("checkpoint"), _f("param_placements"),
 ), fixed={"needs_mesh": True, "simulation_limit": None})
 
 #: Every case kind, by constructor name.

@@ -211,21 +211,28 @@ class ExpectRaises:
     """An exception the case must raise on every rank, as its passing outcome.
 
     Written in a case as ``expect_raises=(ValueError, "regex")`` or ``(ValueError, "regex",
-    "step")``.
+    "step")``; for a bug whose fix may be either a raise or the right result,
+    ``expect_raises=ExpectRaises(ValueError, "regex", or_pass=True)``.
 
     :param exception: the exception class (a subclass matches).
     :param match: a regular expression searched in ``str(exception)`` (``""``: any message).
     :param step: the step it must be raised in; ``None``: ``run`` for an op case, any step for a
         scenario.
+    :param or_pass: the case also passes when nothing is raised and every check holds (an op
+        case's outputs equal the reference, a training case's runs agree): "raises this, or is
+        right". Any other exception, or a completed run whose values differ, fails naming both
+        outcomes.
     """
 
     exception: type
     match: str = ""
     step: Optional[str] = None
+    or_pass: bool = False
 
     def describe(self) -> str:
         text = self.exception.__name__ + (f" matching {self.match!r}" if self.match else "")
-        return text + (f" at step {self.step}" if self.step else "")
+        text += f" at step {self.step}" if self.step else ""
+        return text + (" (or a pass)" if self.or_pass else "")
 
     def matches(self, error: BaseException, step: str) -> bool:
         """Whether ``error``, raised at ``step``, is the expected exception."""
@@ -328,6 +335,15 @@ class OpShardCase(_Case):
         entry per output of the distributed call, ``None`` or the placements to redistribute it
         to before the placement check and the gather (e.g. a ``Partial`` matmul output
         reduce-scattered to ``Shard``).
+    :param checkpoint_inputs: a save and load between placement and op (step ``checkpoint``,
+        after ``redistribute_inputs``): one entry per input, ``None`` (not checkpointed) or the
+        placements it is loaded into; every checkpointed input is saved as placed in one
+        checkpoint (torch: ``torch.distributed.checkpoint.save`` of a ``{"input<i>": DTensor}``
+        state dict, each rank writing its shards with their global offsets) and loaded into a
+        fresh distributed tensor of the same global shape with the entry's placements (``load``:
+        a reshard when they differ). The op then runs on the loaded tensors; the reference is
+        unchanged, so wrong saved offsets show as wrong values. The checkpoint lives in the
+        case's directory of the run's artifacts, under ``checkpoint/``.
     """
 
     name: str
@@ -353,6 +369,7 @@ class OpShardCase(_Case):
     local_fn: Optional[Callable[..., Any]] = None
     local_output_placements: Optional[Tuple[tuple, ...]] = None
     redistribute_outputs: Optional[Tuple[Optional[tuple], ...]] = None
+    checkpoint_inputs: Optional[Tuple[Optional[tuple], ...]] = None
 
     #: op cases declare no platform features, test-plan ID or training capability (the schema's
     #: fixed values)
@@ -520,8 +537,8 @@ class ScenarioCase(_Case):
 
 def _check_declared_steps(file: str, name: str, mesh_shape: Tuple[int, ...], inputs: Sequence[Any],
                           case: OpShardCase) -> dict:
-    """Rule ``declared-steps``: ``redistribute_inputs`` has one entry per input (``None`` or
-    placements valid for that input's shape); ``local_fn`` is callable and comes with
+    """Rule ``declared-steps``: ``redistribute_inputs`` and ``checkpoint_inputs`` have one entry
+    per input (``None`` or placements valid for that input's shape); ``local_fn`` is callable and comes with
     ``local_output_placements`` (one placement per mesh dimension for each output), which
     nothing else may carry; ``redistribute_outputs`` entries are ``None`` or placements.
 
@@ -563,6 +580,20 @@ def _check_declared_steps(file: str, name: str, mesh_shape: Tuple[int, ...], inp
         out["local_output_placements"] = checked
     out["redistribute_outputs"] = rules.check_expected_placements(file, name, mesh_shape, case.redistribute_outputs,
                                                                   "redistribute_outputs")
+    value = case.checkpoint_inputs
+    if value is not None:
+        if not isinstance(value, (tuple, list)) or len(value) != len(inputs):
+            raise CaseDeclarationError(
+                file, name, "declared-steps",
+                f"checkpoint_inputs must have one entry (None or the placements to load into) per input, "
+                f"{len(inputs)}; got {value!r}")
+        entries = [None if e is None else rules.check_placements(file, name, mesh_shape, [inputs[i].shape], [e],
+                                                                 what=f"checkpoint_inputs[{i}]")[0]
+                   for i, e in enumerate(value)]
+        if all(e is None for e in entries):
+            raise CaseDeclarationError(file, name, "declared-steps",
+                                       "checkpoint_inputs checkpoints no input (every entry is None); leave it out")
+        out["checkpoint_inputs"] = tuple(entries)
     return out
 
 
@@ -643,6 +674,8 @@ def check_expect_raises(file: str, name: str, value: Any) -> Optional[ExpectRais
         raise CaseDeclarationError(file, name, "expect-raises", f"{spec.exception!r} is not an exception class")
     if not isinstance(spec.match, str) or not (spec.step is None or isinstance(spec.step, str)):
         raise CaseDeclarationError(file, name, "expect-raises", "the regex and the step must be strings")
+    if not isinstance(spec.or_pass, bool):
+        raise CaseDeclarationError(file, name, "expect-raises", f"or_pass must be True or False; got {spec.or_pass!r}")
     try:
         re.compile(spec.match)
     except re.error as e:

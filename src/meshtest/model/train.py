@@ -14,13 +14,16 @@ the quantity, the parameter and the largest difference; the ranks are named by t
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
+import re
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 from ..errors import CaseDeclarationError
 from . import rules, schema
 from .known import KnownFailure
+from .placement import Placement
 from .spec import CompareSpec, _Case, _check_timeout, check_expect_raises
 
 #: Quantities a training case compares, in the order they are checked each step.
@@ -33,6 +36,127 @@ TRAIN_STEPS = ("baseline", "parallel", "compare", "golden")
 #: optimizer's state (DCP), the LR scheduler's state, each rank's RNG state, the data position
 #: (the number of steps trained, so micro-batch ``i`` continues where it stopped).
 RESTORABLE = ("model", "optim", "scheduler", "rng", "data")
+
+
+#: How a phased case checkpoints between launches (:attr:`TrainCase.checkpoint`).
+CHECKPOINTS = ("dcp", "full", "full_broadcast")
+
+#: When the parallel run syncs gradients across its micro-batches (:attr:`TrainCase.grad_sync`).
+GRAD_SYNCS = ("every", "last")
+
+#: Pipeline schedules by name (torch: ``torch.distributed.pipelining.Schedule<name>``), and
+#: ``"actions"``: a custom action table (:attr:`Pipeline.actions`).
+SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV",
+             "actions")
+#: Schedules that run one stage per rank; the others run ``stages_per_rank`` stages on each rank.
+SINGLE_STAGE_SCHEDULES = ("GPipe", "1F1B")
+#: Multi-stage schedules whose stages sit on the ranks as a V (rank r: stages r and 2·pp-1-r);
+#: the others loop (rank r: stages r, r+pp, r+2·pp, ...).
+V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
+
+#: One compute action of a custom table: ``<stage><F|B|I|W><micro-batch>`` (torch's action
+#: notation: forward, full backward, backward of the input, backward of the weight).
+_ACTION_RE = re.compile(r"^\d+[FBIW]\d+$")
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A pipeline-parallel plan of a :class:`TrainCase` (``TrainCase(pipeline=Pipeline(...))``):
+    the model cut into stages, a schedule, its micro-batches; meshtest builds the stages and the
+    schedule on each rank and runs every step through it.
+
+    The schedule's loss is the case's ``loss`` divided by ``grad_accum`` (and by ``microbatches``
+    when ``scale_grads=False``, torch then summing the micro-batches' gradients unscaled), so the
+    gradients equal the single-device baseline's for micro-batches of equal size; the compared
+    loss is the mean of the micro-batch losses (their sum without ``scale_grads``), on the rank
+    holding the last stage.
+
+    :param split: ``split(model, stage, num_stages) -> module``: the part of ``model`` stage
+        ``stage`` (0-based) runs, its parameter names kept so that they match the whole model's
+        (e.g. the model with the other blocks removed). Its forward takes the previous stage's
+        output (the first stage: the micro-batch inputs).
+    :param schedule: one of :data:`SCHEDULES` (torch: ``ScheduleGPipe``, ``Schedule1F1B``, ...;
+        ``"actions"``: the table in ``actions``).
+    :param stages_per_rank: stages each rank runs: 1 for ``GPipe``/``1F1B``; 2 or more for the
+        multi-stage schedules (2 for the V-shaped ones). ``num_stages = pp * stages_per_rank``.
+    :param microbatches: the schedule's micro-batches per step (``n_microbatches``); the batch's
+        rows must divide by it.
+    :param scale_grads: the schedule divides the gradients by ``microbatches`` (torch's default).
+    :param actions: with ``schedule="actions"``: one row per pipeline rank, ``{rank: "0F0 0F1
+        0B0 0B1"}``, compute actions only (``<stage><F|B|I|W><micro-batch>``); torch adds the
+        sends and receives. A rank runs the stages its row names.
+    :param axis: the mesh axis the stages are spread over; ``None``: the whole (1-D) mesh. On a
+        mesh of more axes, ``parallelize`` (if any) is applied to each stage's module (FSDP or TP
+        over the other axes).
+    """
+
+    split: Callable[..., Any]
+    schedule: str = "GPipe"
+    stages_per_rank: int = 1
+    microbatches: int = 4
+    scale_grads: bool = True
+    actions: Optional[Mapping[int, str]] = None
+    axis: Optional[str] = None
+
+    def validated(self, file: str, name: str, mesh_shape: Tuple[int, ...],
+                  names: Optional[Tuple[str, ...]]) -> "Pipeline":
+        """Rule ``pipeline``; returns a normalised copy (``actions`` as a tuple of (rank, row) pairs).
+
+        :raises CaseDeclarationError: naming the field and what it must be.
+        """
+        def bad(text: str) -> CaseDeclarationError:
+            return CaseDeclarationError(file, name, "pipeline", text)
+
+        if not callable(self.split):
+            raise bad(f"Pipeline.split must be callable as split(model, stage, num_stages); got {self.split!r}")
+        if self.schedule not in SCHEDULES:
+            raise bad(f"Pipeline.schedule {self.schedule!r} unknown; use one of {', '.join(SCHEDULES)}")
+        for field_name in ("stages_per_rank", "microbatches"):
+            value = getattr(self, field_name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise bad(f"Pipeline.{field_name} must be an integer >= 1; got {value!r}")
+        if not isinstance(self.scale_grads, bool):
+            raise bad(f"Pipeline.scale_grads must be True or False; got {self.scale_grads!r}")
+        if self.axis is None and len(mesh_shape) != 1:
+            raise bad(f"Pipeline.axis must name the pipeline axis of the {len(mesh_shape)}-D mesh {names}")
+        if self.axis is not None and self.axis not in (names or ()):
+            raise bad(f"Pipeline.axis {self.axis!r} is not one of the mesh axis names {names}")
+        pp = mesh_shape[0] if self.axis is None else mesh_shape[(names or ()).index(self.axis)]
+        if self.schedule in SINGLE_STAGE_SCHEDULES and self.stages_per_rank != 1:
+            raise bad(f"schedule {self.schedule} runs one stage per rank; stages_per_rank is {self.stages_per_rank}")
+        if self.schedule in V_SCHEDULES and self.stages_per_rank != 2:
+            raise bad(f"schedule {self.schedule} places two stages per rank as a V; stages_per_rank must be 2")
+        actions = self._validated_actions(bad, pp)
+        return dataclasses.replace(self, actions=actions)
+
+    def _validated_actions(self, bad: Callable[[str], CaseDeclarationError], pp: int) -> Any:
+        if (self.schedule == "actions") != (self.actions is not None):
+            raise bad('Pipeline.actions and schedule="actions" go together: the table is the schedule')
+        if self.actions is None:
+            return None
+        rows = dict(self.actions) if isinstance(self.actions, Mapping) else None
+        if rows is None or sorted(rows) != list(range(pp)):
+            raise bad(f"Pipeline.actions must map every pipeline rank 0..{pp - 1} to its row; got {self.actions!r}")
+        for rank, row in sorted(rows.items()):
+            tokens = row.split() if isinstance(row, str) else None
+            wrong = [t for t in tokens or () if not _ACTION_RE.match(t)]
+            if not tokens or wrong:
+                raise bad(f"Pipeline.actions[{rank}] must be compute actions '<stage><F|B|I|W><micro>' separated by "
+                          f"spaces, e.g. '0F0 0F1 0B0 0B1'; got {row!r}")
+            stages = {int(re.match(r"\d+", t).group()) for t in tokens}
+            if any(s >= pp * self.stages_per_rank for s in stages):
+                raise bad(f"Pipeline.actions[{rank}] names stage(s) {sorted(stages)}; there are "
+                          f"{pp * self.stages_per_rank} (pp {pp} x stages_per_rank {self.stages_per_rank})")
+        return tuple(sorted(rows.items()))
+
+    def stages_of(self, pp_rank: int, pp: int) -> Tuple[int, ...]:
+        """The stage indices pipeline rank ``pp_rank`` runs (loop, V, or its row of ``actions``)."""
+        if self.actions is not None:
+            row = dict(self.actions)[pp_rank]
+            return tuple(sorted({int(re.match(r"\d+", t).group()) for t in row.split()}))
+        if self.schedule in V_SCHEDULES:
+            return (pp_rank, 2 * pp - 1 - pp_rank)
+        return tuple(pp_rank + k * pp for k in range(self.stages_per_rank))
 
 
 def _close() -> CompareSpec:
@@ -171,7 +295,26 @@ class TrainCase(_Case):
         (the step ``parallel`` by default: building, parallelizing or training the parallel
         model), which is the case's pass; a fix in the platform that made it raise is pinned this
         way. Only a case of one launch (no ``phases``, no ``stability``); not with
-        ``known_failure``.
+        ``known_failure``. ``ExpectRaises(..., or_pass=True)``: the raise, or runs that agree.
+    :param pipeline: a :class:`Pipeline`: the parallel run trains through a pipeline schedule
+        (meshtest builds the stages and the schedule; not with ``train_step``); ``parallelize``,
+        if any, is applied to each stage's module. Needs ``"pipelining"`` in ``requires``.
+    :param grad_sync: ``"every"`` (default): gradients are synchronised after every micro-batch's
+        backward; ``"last"``: gradient accumulation without synchronisation (torch: FSDP2's
+        ``set_requires_gradient_sync(False)`` on every FSDP module until the last micro-batch of
+        the step); needs ``grad_accum >= 2`` and a parallelized model with such modules.
+    :param checkpoint: how a phased case saves and loads between launches: ``"dcp"`` (default:
+        sharded, each rank writes and reads its shards), ``"full"`` (the full state dict,
+        gathered and written by rank 0, read by every rank: torch's ``get_state_dict`` /
+        ``set_state_dict`` with ``full_state_dict=True``) or ``"full_broadcast"`` (the same file,
+        read by rank 0 only and broadcast: ``broadcast_from_rank0=True``). Needs ``phases``.
+    :param param_placements: the plan "place every parameter as P": ``{fnmatch pattern of the
+        FQN: placements}`` (one placement per mesh dimension; the first matching pattern wins,
+        an unmatched parameter is replicated); every parameter becomes a distributed tensor so
+        placed, the inputs are replicated and the output gathered (torch: ``distribute_module``),
+        and after each backward every gradient is redistributed to its parameter's placements (a
+        note names each one that was not), so that the optimizer's in-place update meets equal
+        placements. Applied before ``parallelize``.
     """
 
     name: str
@@ -202,6 +345,10 @@ class TrainCase(_Case):
     solo_launcher: bool = False
     timeout_s: Optional[float] = None
     expect_raises: Optional[Any] = None
+    pipeline: Optional[Pipeline] = None
+    grad_sync: str = "every"
+    checkpoint: str = "dcp"
+    param_placements: Optional[Any] = None
 
     #: training cases parallelize on the real mesh (axis names kept when planned)
     needs_mesh = True
@@ -256,7 +403,8 @@ class TrainCase(_Case):
             raise CaseDeclarationError(file, name, "expect-raises",
                                        f"the step of expect_raises must be one of {TRAIN_STEPS}; got {expect.step!r}")
         return dataclasses.replace(
-            self, phases=phases, restore=restore, expect_raises=expect,
+            self, **self._validated_plan(file, name, mesh_shape, names, phases),
+            phases=phases, restore=restore, expect_raises=expect,
             mesh_shape=mesh_shape, mesh_dim_names=names, tags=rules.check_tags(file, name, self.tags),
             capabilities=rules.check_capabilities(file, name, self.capabilities),
             layer=rules.check_layer(file, name, self.layer), requires=rules.check_requires(file, name, self.requires),
@@ -264,6 +412,41 @@ class TrainCase(_Case):
             known_failure=rules.check_known_failure(file, name, self.known_failure, expect),
             divergence=rules.check_reason(file, name, "divergence", self.divergence),
             solo_launcher=rules.check_flag(file, name, "solo_launcher", self.solo_launcher))
+
+    def _validated_plan(self, file: str, name: str, mesh_shape: Tuple[int, ...], names: Optional[Tuple[str, ...]],
+                        phases: Tuple[Phase, ...]) -> dict:
+        """Rules ``pipeline``, ``grad-sync``, ``checkpoint`` and ``param-placements``; the
+        normalised fields by name."""
+        out: dict = {}
+        if self.pipeline is not None:
+            if not isinstance(self.pipeline, Pipeline):
+                raise CaseDeclarationError(file, name, "pipeline", f"pipeline must be Pipeline(...); got "
+                                                                   f"{self.pipeline!r}")
+            if self.train_step is not None:
+                raise CaseDeclarationError(file, name, "pipeline", "pipeline and train_step exclude each other: the "
+                                                                   "pipeline's schedule is the step")
+            if phases and self.pipeline.stages_per_rank != 1:
+                raise CaseDeclarationError(file, name, "pipeline", "phases save and load each rank's stage by FQN: "
+                                                                   "a phased pipeline runs one stage per rank")
+            if not any(str(r).startswith("pipelining") for r in tuple(self.requires or ())):
+                raise CaseDeclarationError(file, name, "pipeline", "a pipeline case needs the platform feature: add "
+                                                                   "requires=('pipelining',)")
+            out["pipeline"] = self.pipeline.validated(file, name, mesh_shape, names)
+        if self.grad_sync not in GRAD_SYNCS:
+            raise CaseDeclarationError(file, name, "grad-sync", f"grad_sync must be one of {GRAD_SYNCS}; got "
+                                                                f"{self.grad_sync!r}")
+        if self.grad_sync == "last" and (self.grad_accum < 2 or self.pipeline is not None):
+            raise CaseDeclarationError(file, name, "grad-sync",
+                                       "grad_sync='last' skips the sync of every micro-batch but the last: it needs "
+                                       "grad_accum >= 2, and no pipeline (a schedule syncs its stages itself)")
+        if self.checkpoint not in CHECKPOINTS:
+            raise CaseDeclarationError(file, name, "checkpoint", f"checkpoint must be one of {CHECKPOINTS}; got "
+                                                                 f"{self.checkpoint!r}")
+        if self.checkpoint != "dcp" and not phases:
+            raise CaseDeclarationError(file, name, "checkpoint", f"checkpoint={self.checkpoint!r} says how phases "
+                                                                 "save and load: add phases=(Phase(...),)")
+        out["param_placements"] = _check_param_placements(file, name, mesh_shape, self.param_placements)
+        return out
 
     def _check_stability(self, file: str, name: str, phases: Tuple[Phase, ...]) -> None:
         """Rule ``stability``: ``Stability(warmup=w, rss_growth_mb=m)`` with ``0 < w < steps`` and
@@ -333,3 +516,35 @@ class TrainCase(_Case):
 
     def to_scanned(self, file: str, lineno: int):
         return dataclasses.replace(super().to_scanned(file, lineno), phase_meshes=self.phase_meshes())
+
+
+def _check_param_placements(file: str, name: str, mesh_shape: Tuple[int, ...],
+                            value: Any) -> Optional[Tuple[Tuple[str, Tuple[Placement, ...]], ...]]:
+    """Rule ``param-placements``: ``None`` or ``{pattern: placements}`` with one placement per
+    mesh dimension; returned as (pattern, placements) pairs in declaration order."""
+    if value is None:
+        return None
+    pairs = list(value.items()) if isinstance(value, Mapping) else value
+    if not isinstance(pairs, (list, tuple)) or not pairs:
+        raise CaseDeclarationError(file, name, "param-placements", "param_placements must be a non-empty "
+                                                                   f"{{'fqn pattern': placements}}; got {value!r}")
+    out = []
+    for pair in pairs:
+        pattern, placements = pair if isinstance(pair, tuple) and len(pair) == 2 else (None, None)
+        if not isinstance(pattern, str) or not isinstance(placements, (tuple, list)) or len(placements) != len(
+                mesh_shape) or not all(isinstance(p, Placement) and type(p) is not Placement for p in placements):
+            raise CaseDeclarationError(file, name, "param-placements",
+                                       f"param_placements entry {pair!r}: a FQN pattern (fnmatch, e.g. '*.weight') "
+                                       f"and one placement per mesh dimension (mesh_shape {mesh_shape!r})")
+        fnmatch.translate(pattern)
+        out.append((pattern, tuple(placements)))
+    return tuple(out)
+
+
+def placements_for(param_placements: Tuple[Tuple[str, Tuple[Placement, ...]], ...], fqn: str) -> Optional[tuple]:
+    """The placements of parameter ``fqn`` under ``param_placements``: the first pattern that
+    matches (``fnmatch.fnmatchcase``), else ``None`` (replicated)."""
+    for pattern, placements in param_placements:
+        if fnmatch.fnmatchcase(fqn, pattern):
+            return placements
+    return None

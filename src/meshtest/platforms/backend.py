@@ -81,6 +81,12 @@ class TrainContext:
     #: set by ``parallelize`` when this rank holds part of the model (a pipeline stage): only the
     #: parameters it holds are compared, and the loss where it is computed
     partial: bool = False
+    #: the optimizer step being trained (0-based, global across phases) and the micro-batch of
+    #: it (``0 .. grad_accum - 1``), set before each micro-batch's forward: a hook or a
+    #: ``train_step`` reads them (global micro-batch ``step * grad_accum + micro``)
+    step: int = 0
+    micro: int = 0
+    grad_accum: int = 1
 
     def note(self, text: str) -> None:
         """Attach a line to this rank's result."""
@@ -242,11 +248,16 @@ class ShardBackend(ABC):
         return tuple(int(i) for i in np.unravel_index(self.rank(), shape))
 
     def from_local(self, array: np.ndarray, dtype: str, mesh: Any, placements: Sequence[Placement],
-                   global_shape: Tuple[int, ...], requires_grad: bool = False) -> Any:
+                   global_shape: Tuple[int, ...], requires_grad: bool = False, *, checked: bool = True) -> Any:
         """A distributed tensor of ``global_shape`` whose local part on this rank is ``array``
         (``DTensor.from_local`` semantics; used for :class:`meshtest.model.local_input.LocalInput`).
 
-        :raises ValueError: the local's shape is not what the platform's layout of
+        :param checked: ``True``: the local was checked by meshtest; build with ``global_shape``
+            and without the platform's own check. ``False``
+            (``LocalInput(checked=False)``): build from the local as given with the platform's own
+            check on and its own inference of the global shape (``global_shape`` is not passed):
+            the platform's check is under test.
+        :raises ValueError: (``checked``) the local's shape is not what the platform's layout of
             ``global_shape`` by ``placements`` gives this rank (the message says both).
         :raises NotImplementedError: the platform cannot build an input from locals (default).
         """
@@ -254,15 +265,15 @@ class ShardBackend(ABC):
 
     def from_locals(self, locals_: Dict[Tuple[int, ...], np.ndarray], dtype: str, mesh: Any,
                     mesh_shape: Tuple[int, ...], placements: Sequence[Placement], global_shape: Tuple[int, ...],
-                    requires_grad: bool = False) -> Any:
+                    requires_grad: bool = False, *, checked: bool = True) -> Any:
         """A distributed tensor of ``global_shape`` from every rank's local part (``locals_``: mesh
         coordinate → array). Default: :meth:`from_local` of this rank's entry
         (:meth:`coordinate`); a backend that simulates several ranks in one process builds them all.
 
-        :raises ValueError, NotImplementedError: as :meth:`from_local`.
+        :raises ValueError, NotImplementedError: as :meth:`from_local` (``checked`` likewise).
         """
         return self.from_local(locals_[self.coordinate(mesh, mesh_shape)], dtype, mesh, placements, global_shape,
-                               requires_grad)
+                               requires_grad, checked=checked)
 
     def to_numpy_by_rank(self, tensor: Any) -> Dict[int, np.ndarray]:
         """The values of a full tensor as each rank this process answers for holds them:
@@ -289,6 +300,21 @@ class ShardBackend(ABC):
         from ..errors import Unsupported
 
         raise Unsupported(f"platform {self.platform!r} has no redistribute of a distributed tensor")
+
+    def checkpoint_roundtrip(self, tensors: Dict[str, Any], mesh: Any, placements: Dict[str, Sequence[Placement]],
+                             directory: str) -> Dict[str, Any]:
+        """Collective over the launch: save the distributed ``tensors`` (by key) as one sharded
+        checkpoint in ``directory`` (emptied first; the same path on every rank), then load each
+        into a fresh distributed tensor of its global shape and dtype placed by ``placements[key]``
+        (an op case's declared step ``checkpoint_inputs``). A loaded tensor is a leaf that
+        requires grad when its source did.
+
+        :returns: the loaded tensors, by key.
+        :raises Unsupported: the platform has no sharded checkpoint (default).
+        """
+        from ..errors import Unsupported
+
+        raise Unsupported(f"platform {self.platform!r} has no sharded checkpoint of distributed tensors")
 
     def local_map(self, fn: Callable[..., Any], mesh: Any, args: Sequence[Any],
                   out_placements: Sequence[Sequence[Placement]]) -> Tuple[Any, ...]:

@@ -114,6 +114,135 @@ def dtensor_from_local(local: Any, mesh: Any, tp: Sequence[Any], global_shape: S
     return d.detach().requires_grad_(True) if requires_grad else d
 
 
+def dtensor_as_given(local: Any, mesh: Any, tp: Sequence[Any], requires_grad: bool) -> Any:
+    """``DTensor.from_local(local, mesh, tp, run_check=True)``: torch's own check and its own
+    inference of the global shape (``LocalInput(checked=False)``), a leaf when ``requires_grad``."""
+    d = DTensor.from_local(local, mesh, list(tp), run_check=True)
+    return d.detach().requires_grad_(True) if requires_grad else d
+
+
+#: The file of a full-state-dict checkpoint (``TrainCase(checkpoint="full"|"full_broadcast")``).
+FULL_STATE_FILE = "full.pt"
+
+
+def _full_options(broadcast: bool) -> Any:
+    """``StateDictOptions`` of a full state dict (gathered to rank 0, on CPU; the optimizer's
+    nested ``{"state", "param_groups"}`` keyed by FQN: torch 2.13's flattened form does not load
+    into a fresh optimizer with ``set_optimizer_state_dict``); ``broadcast``: rank 0's is sent to
+    the others on load (``broadcast_from_rank0``)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=True, broadcast_from_rank0=broadcast)
+
+
+def _set_gradient_sync(model: Any, sync: bool) -> None:
+    """``set_requires_gradient_sync(sync)`` on every module that has it (FSDP2's modules), for
+    ``TrainCase(grad_sync="last")``.
+
+    :raises ValueError: no module of the model can skip its gradient sync."""
+    found = [m for m in model.modules() if callable(getattr(m, "set_requires_gradient_sync", None))]
+    if not found:
+        raise ValueError("grad_sync='last': no module of the parallelized model has set_requires_gradient_sync "
+                         "(FSDP2's fully_shard gives it one)")
+    for m in found:
+        m.set_requires_gradient_sync(sync, recurse=False)
+
+
+def _place_parameters(model: Any, pairs: Any, mesh: Any) -> Any:
+    """``TrainCase(param_placements=...)``: every parameter a DTensor placed as the first matching
+    pattern says (else replicated), inputs replicated, the output gathered
+    (``distribute_module``)."""
+    from torch.distributed.tensor import distribute_module
+
+    from ..model.train import placements_for
+
+    replicate = [TReplicate()] * mesh.ndim
+
+    def partition(name: str, module: Any, device_mesh: Any) -> None:
+        for pname, param in list(module.named_parameters(recurse=False)):
+            want = placements_for(pairs, fqn(f"{name}.{pname}" if name else pname))
+            tp = replicate if want is None else [to_torch_placement(p) for p in want]
+            module.register_parameter(pname, torch.nn.Parameter(distribute_tensor(param.data, device_mesh, tp)))
+
+    def inputs(module: Any, args: Any, device_mesh: Any) -> Any:
+        return tuple(distribute_tensor(a, device_mesh, replicate) if isinstance(a, torch.Tensor)
+                     and not isinstance(a, DTensor) else a for a in args)
+
+    def outputs(module: Any, out: Any, device_mesh: Any) -> Any:
+        return out.full_tensor() if isinstance(out, DTensor) else out
+
+    return distribute_module(model, mesh, partition, input_fn=inputs, output_fn=outputs)
+
+
+def _grads_to_param_placements(named: list, ctx: TrainContext) -> None:
+    """Each DTensor gradient redistributed to its parameter's placements (noted once per
+    parameter), so that the optimizer's in-place update meets equal placements."""
+    told = ctx.state.setdefault("grads redistributed", set())
+    for name, p in named:
+        g = p.grad
+        if isinstance(p, DTensor) and isinstance(g, DTensor) and tuple(g.placements) != tuple(p.placements):
+            if name not in told:
+                told.add(name)
+                ctx.note(f"grad of {name} came back {tuple(g.placements)}; redistributed to its parameter's "
+                         f"{tuple(p.placements)}")
+            p.grad = g.redistribute(p.device_mesh, p.placements)
+
+
+def _pipeline(case: Any, model: Any, ctx: TrainContext) -> Tuple[Any, list, Callable[..., Any]]:
+    """The stages this rank runs and their schedule (``TrainCase(pipeline=Pipeline(...))``).
+
+    :returns: the module holding this rank's stages (its one stage's module, which phases save
+        and load by FQN; several stages in a ``ModuleList``), their parameters by FQN, and the
+        step that runs the schedule (the loss on the rank holding the last stage, ``None``
+        elsewhere)."""
+    from torch.distributed.pipelining import PipelineStage, schedules
+
+    plan = case.pipeline
+    pp_mesh = ctx.mesh if plan.axis is None else ctx.mesh[plan.axis]
+    pp, pp_rank = pp_mesh.size(), pp_mesh.get_local_rank()
+    num = pp * plan.stages_per_rank
+    mine = plan.stages_of(pp_rank, pp)
+    parts = []
+    for index in mine:
+        part = plan.split(model, index, num)
+        parts.append(case.parallelize(part, ctx) if case.parallelize is not None else part)
+    stages = [PipelineStage(part, index, num, device=torch.device("cpu"), group=pp_mesh.get_group())
+              for index, part in zip(mine, parts)]
+    divide = case.grad_accum * (1 if plan.scale_grads else plan.microbatches)
+
+    def loss_fn(out: Any, target: Any) -> Any:
+        return case.loss(out, target) / divide
+
+    if plan.actions is not None:
+        schedule = schedules._PipelineScheduleRuntime(stages, n_microbatches=plan.microbatches, loss_fn=loss_fn,
+                                                      scale_grads=plan.scale_grads)
+        schedule._prepare_schedule_with_comms({rank: [schedules._Action.from_str(a) for a in row.split()]
+                                               for rank, row in plan.actions})
+    else:
+        cls = schedules.get_schedule_class(plan.schedule)
+        multi = issubclass(cls, schedules.PipelineScheduleMulti)
+        schedule = cls(stages if multi else stages[0], n_microbatches=plan.microbatches, loss_fn=loss_fn,
+                       scale_grads=plan.scale_grads)
+    first, last = 0 in mine, num - 1 in mine
+    ctx.partial = pp > 1
+    ctx.state["schedule"] = schedule
+
+    def step(model: Any, inputs: tuple, target: Any, scaled: Any, ctx: TrainContext) -> Any:
+        losses: list = []
+        schedule.step(*(inputs if first else ()), target=target if last else None, losses=losses if last else None)
+        if not last:
+            return None
+        return sum(losses) / (len(losses) if plan.scale_grads else 1)
+
+    named, seen = [], set()
+    for part in parts:
+        for n, p in part.named_parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                named.append((fqn(n), p))
+    return (parts[0] if len(parts) == 1 else torch.nn.ModuleList(parts)), named, step
+
+
 #: One rank's collective in torch's collective-check message.
 _FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=\d+, "
                           r"OpType=(\w+)(?:, TensorShape=(\[[^\]]*\]))?(?:, TensorDtypes=(\w+))?")
@@ -312,10 +441,12 @@ class TorchGlooBackend(ShardBackend):
         return tuple(mesh.get_coordinate())
 
     def from_local(self, array: np.ndarray, dtype: str, mesh: Any, placements: Sequence[Placement],
-                   global_shape: Tuple[int, ...], requires_grad: bool = False) -> Any:
+                   global_shape: Tuple[int, ...], requires_grad: bool = False, *, checked: bool = True) -> Any:
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
         tp = [to_torch_placement(p) for p in placements]
+        if not checked:
+            return dtensor_as_given(self.make_tensor(array, dtype), mesh, tp, requires_grad)
         expected, _ = compute_local_shape_and_global_offset(torch.Size(global_shape), mesh, tp)
         check_local_shape(self.rank(), array.shape, expected, global_shape, placements)
         return dtensor_from_local(self.make_tensor(array, dtype), mesh, tp, global_shape, requires_grad)
@@ -324,6 +455,36 @@ class TorchGlooBackend(ShardBackend):
         if not isinstance(tensor, DTensor):
             raise TypeError(f"redistribute needs a DTensor; got {type(tensor).__name__}")
         return tensor.redistribute(mesh, [to_torch_placement(p) for p in placements])
+
+    def checkpoint_roundtrip(self, tensors: Dict[str, Any], mesh: Any, placements: Dict[str, Sequence[Placement]],
+                             directory: str) -> Dict[str, Any]:
+        """``torch.distributed.checkpoint.save`` of ``tensors`` (each rank its shards and their
+        global offsets), then ``load`` into ``torch.distributed.tensor.zeros`` of each key's
+        placements."""
+        import shutil
+
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.api import CheckpointException
+
+        if directory is None:
+            raise ValueError("checkpoint_inputs needs a directory shared by the ranks; this run gives the case none")
+        if self.rank() == 0:
+            shutil.rmtree(directory, ignore_errors=True)
+            os.makedirs(directory)
+        dist.barrier()
+        bad = [k for k, t in tensors.items() if not isinstance(t, DTensor)]
+        if bad:
+            raise TypeError(f"checkpoint_inputs: {', '.join(bad)} is not a DTensor")
+        target = {k: torch.distributed.tensor.zeros(t.shape, dtype=t.dtype, device_mesh=mesh,
+                                                    placements=[to_torch_placement(p) for p in placements[k]])
+                  for k, t in tensors.items()}
+        try:
+            dcp.save({k: t.detach() for k, t in tensors.items()}, checkpoint_id=directory)
+            dist.barrier()
+            dcp.load(target, checkpoint_id=directory)
+        except CheckpointException as e:  # a BaseException: the rank would die instead of reporting
+            raise RuntimeError(f"checkpoint {directory}: {e}") from None
+        return {k: v.requires_grad_(True) if tensors[k].requires_grad else v for k, v in target.items()}
 
     def local_map(self, fn: Callable[..., Any], mesh: Any, args: Sequence[Any],
                   out_placements: Sequence[Sequence[Placement]]) -> Tuple[Any, ...]:
@@ -406,79 +567,111 @@ class TorchGlooBackend(ShardBackend):
             return case.model(api)
 
         ctx = TrainContext(mesh=mesh, api=api, rank=self.rank(), world_size=self.world_size(), build=build,
-                           notes=notes if notes is not None else [])
+                           notes=notes if notes is not None else [], grad_accum=case.grad_accum)
         model = build()
-        if parallel and case.parallelize is not None:
-            model = case.parallelize(model, ctx)
-        named = [(fqn(n), p) for n, p in model.named_parameters()]
-        opt = (case.optimizer(model.parameters(), api) if case.optimizer is not None
-               else torch.optim.SGD(model.parameters(), lr=0.1))
+        custom = case.train_step if parallel else None
+        if parallel and case.param_placements is not None:
+            model = _place_parameters(model, case.param_placements, mesh)
+        if parallel and case.pipeline is not None:
+            model, named, custom = _pipeline(case, model, ctx)
+        else:
+            if parallel and case.parallelize is not None:
+                model = case.parallelize(model, ctx)
+            named = [(fqn(n), p) for n, p in model.named_parameters()]
+        params = [p for _, p in named]
+        opt = (case.optimizer(params, api) if case.optimizer is not None else torch.optim.SGD(params, lr=0.1))
         sched = case.scheduler(opt, api) if case.scheduler is not None else None
         count = (case.steps if steps is None else steps) - start
-        first = self._load(load, model, opt, sched, ctx, case.restore) if load is not None else start
-        custom = case.train_step if parallel else None
+        first = (self._load(load, model, opt, sched, ctx, case.restore, case.checkpoint) if load is not None
+                 else start)
         snaps = [self._train_step(case, model, opt, sched, named, step, ctx, custom, parallel, light)
                  for step in range(first, first + count)]
         if save is not None:
-            self._save(save, first + count, model, opt, sched, mesh)
+            self._save(save, first + count, model, opt, sched, mesh, case.checkpoint)
         return snaps
 
-    def _save(self, root: str, step: int, model: Any, opt: Any, sched: Any, mesh: Any) -> None:
-        """DCP save of ``{"model", "optim"}`` (``get_state_dict``: DTensor shards by FQN, each rank
-        writing its own), ``extra_rank<r>.pt`` (step, RNG state, scheduler) beside it, then the
-        commit (:mod:`meshtest.checkpoints`) once every rank has written."""
+    def _save(self, root: str, step: int, model: Any, opt: Any, sched: Any, mesh: Any, fmt: str = "dcp") -> None:
+        """Save ``{"model", "optim"}`` — ``fmt`` ``"dcp"``: DCP (``get_state_dict``: DTensor shards
+        by FQN, each rank writing its own); ``"full"``/``"full_broadcast"``: the full state dict
+        (``full_state_dict=True``, gathered to CPU) written by rank 0 as ``full.pt`` —, then
+        ``extra_rank<r>.pt`` (step, RNG state, scheduler) beside it, then the commit
+        (:mod:`meshtest.checkpoints`) once every rank has written."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.api import CheckpointException
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         from .. import checkpoints
 
-        options = _flat_optim()
         rank = self.rank()
         if rank == 0:
             checkpoints.prepare(root, step)
         dist.barrier()
         path = checkpoints.partial_dir(root, step)
-        model_sd, optim_sd = get_state_dict(model, opt, options=options)
-        try:
-            dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
-        except CheckpointException as e:  # a BaseException: the rank would die instead of reporting
-            raise RuntimeError(f"saving checkpoint {path} failed: {e}") from None
+        if fmt == "dcp":
+            model_sd, optim_sd = get_state_dict(model, opt, options=_flat_optim())
+            try:
+                dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
+            except CheckpointException as e:  # a BaseException: the rank would die instead of reporting
+                raise RuntimeError(f"saving checkpoint {path} failed: {e}") from None
+        else:
+            model_sd, optim_sd = get_state_dict(model, opt, options=_full_options(broadcast=False))
+            if rank == 0:
+                torch.save({"model": model_sd, "optim": optim_sd}, os.path.join(path, FULL_STATE_FILE))
         extra = {"step": step, "rng": torch.get_rng_state(), "scheduler": None if sched is None else sched.state_dict()}
         torch.save(extra, os.path.join(path, f"extra_rank{rank}.pt"))
         dist.barrier()
         if rank == 0:
             checkpoints.commit(root, step, {"world_size": self.world_size(), "mesh_shape": list(mesh.shape),
-                                            "mesh_dim_names": list(mesh.mesh_dim_names or ()),
+                                            "mesh_dim_names": list(mesh.mesh_dim_names or ()), "format": fmt,
                                             "saved": ["model", "optim", "scheduler", "rng", "data"]})
         dist.barrier()
 
-    def _load(self, root: str, model: Any, opt: Any, sched: Any, ctx: TrainContext, restore: Sequence[str]) -> int:
+    def _load(self, root: str, model: Any, opt: Any, sched: Any, ctx: TrainContext, restore: Sequence[str],
+              fmt: str = "dcp") -> int:
         """Restore ``restore`` from the newest committed checkpoint under ``root``; returns the
         first step to train (the saved step, or 0 when the data position is not restored). A
         rank with no ``extra_rank<r>.pt`` of its own (a restore on more ranks than saved) takes
-        rank 0's: the RNG state every rank draws from is seeded alike."""
+        rank 0's: the RNG state every rank draws from is seeded alike. ``fmt`` as :meth:`_save`:
+        ``"full"``: every rank reads ``full.pt``; ``"full_broadcast"``: rank 0 reads it and
+        ``set_state_dict(broadcast_from_rank0=True)`` sends each tensor to the others."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.api import CheckpointException
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            get_state_dict,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+            set_state_dict,
+        )
 
         from .. import checkpoints
 
         found = checkpoints.latest(root)
         ctx.note(checkpoints.describe(found))
-        options = _flat_optim()
-        model_sd, optim_sd = get_state_dict(model, opt, options=options)
-        wanted = {k: v for k, v in (("model", model_sd), ("optim", optim_sd)) if k in restore}
         try:
-            if wanted:
-                dcp.load(wanted, checkpoint_id=found.path)
+            if fmt == "dcp":
+                options = _flat_optim()
+                model_sd, optim_sd = get_state_dict(model, opt, options=options)
+                wanted = {k: v for k, v in (("model", model_sd), ("optim", optim_sd)) if k in restore}
+                if wanted:
+                    dcp.load(wanted, checkpoint_id=found.path)
+            else:
+                options = _full_options(broadcast=fmt == "full_broadcast")
+                reads = fmt == "full" or ctx.rank == 0
+                full = (torch.load(os.path.join(found.path, FULL_STATE_FILE), weights_only=False) if reads
+                        else {"model": {}, "optim": {}})
             own = os.path.join(found.path, f"extra_rank{ctx.rank}.pt")
             extra = torch.load(own if os.path.exists(own) else os.path.join(found.path, "extra_rank0.pt"),
                                weights_only=False)
         except (Exception, CheckpointException) as e:  # DCP's CheckpointException is a BaseException
             raise checkpoints.CheckpointError(f"checkpoint {found.path} could not be loaded: "
                                               f"{type(e).__name__}: {e}") from e
-        set_state_dict(model, opt, model_state_dict=model_sd, optim_state_dict=optim_sd, options=options)
+        if fmt == "dcp":
+            set_state_dict(model, opt, model_state_dict=model_sd, optim_state_dict=optim_sd, options=options)
+        else:
+            if "model" in restore:
+                set_model_state_dict(model, full["model"], options=options)
+            if "optim" in restore:
+                set_optimizer_state_dict(model, opt, full["optim"], options=options)
         if sched is not None and "scheduler" in restore:
             sched.load_state_dict(extra["scheduler"])
         if "rng" in restore:
@@ -491,6 +684,9 @@ class TorchGlooBackend(ShardBackend):
         opt.zero_grad(set_to_none=True)
         total = None
         for micro in range(case.grad_accum):
+            ctx.step, ctx.micro = step, micro
+            if parallel and case.grad_sync == "last":
+                _set_gradient_sync(model, micro == case.grad_accum - 1)
             inputs, target = case.data(step * case.grad_accum + micro, ctx.api)
             inputs = inputs if isinstance(inputs, tuple) else (inputs,)
             if parallel and case.batch_split is not None:
@@ -508,6 +704,8 @@ class TorchGlooBackend(ShardBackend):
             group = ctx.mesh.get_group(case.batch_split)
             dist.all_reduce(total, group=group)
             total = total / dist.get_world_size(group)
+        if parallel and case.param_placements is not None:
+            _grads_to_param_placements(named, ctx)
         norm = None
         if case.clip_grad_norm is not None:
             norm = _np(self._clip(case.clip_grad_norm, [p for _, p in named], ctx))

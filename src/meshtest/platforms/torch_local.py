@@ -29,7 +29,14 @@ from torch.distributed._local_tensor import LocalIntNode, LocalTensor, LocalTens
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from ..model.placement import Partial, Placement
-from .torch_gloo import TorchGlooBackend, _metadata, check_local_shape, dtensor_from_local, to_torch_placement
+from .torch_gloo import (
+    TorchGlooBackend,
+    _metadata,
+    check_local_shape,
+    dtensor_as_given,
+    dtensor_from_local,
+    to_torch_placement,
+)
 
 
 def _rank_value(value: Any, rank: int) -> Any:
@@ -77,7 +84,7 @@ class TorchLocalBackend(TorchGlooBackend):
 
     def from_locals(self, locals_: Dict[Tuple[int, ...], np.ndarray], dtype: str, mesh: Any,
                     mesh_shape: Tuple[int, ...], placements: Sequence[Placement], global_shape: Tuple[int, ...],
-                    requires_grad: bool = False) -> Any:
+                    requires_grad: bool = False, *, checked: bool = True) -> Any:
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
         tp = [to_torch_placement(p) for p in placements]
@@ -86,10 +93,13 @@ class TorchLocalBackend(TorchGlooBackend):
         per_rank = {}
         for r in self.ranks():
             array = locals_[tuple(int(_rank_value(c, r)) for c in coords)]
-            check_local_shape(r, array.shape, [_rank_value(s, r) for s in expected], global_shape, placements)
+            if checked:
+                check_local_shape(r, array.shape, [_rank_value(s, r) for s in expected], global_shape, placements)
             per_rank[r] = self.make_tensor(array, dtype)
         with maybe_disable_local_tensor_mode():
             local = LocalTensor(per_rank)
+        if not checked:
+            return dtensor_as_given(local, mesh, tp, requires_grad)
         return dtensor_from_local(local, mesh, tp, global_shape, requires_grad)
 
     def replicated(self, tensor: Any) -> Any:
