@@ -46,11 +46,13 @@ class LocalInput:
         and each local to have the shape the platform lays out for its rank, then builds the input
         with the declared global shape and no check of the platform's own (torch:
         ``DTensor.from_local(..., run_check=False, shape=..., stride=...)``). ``False``: the locals
-        go to the platform as given, and the platform's own check is the subject (torch:
-        ``DTensor.from_local(local, mesh, placements, run_check=True)``, the global shape inferred
-        by torch): feed it a layout it must refuse and declare the refusal with ``expect_raises``
-        at step ``build``. When the locals do not assemble there is no reference: a case that gets
-        past ``build`` then fails at step ``reference`` saying so.
+        go to the platform as given with the declared global shape, and the platform's own check
+        is the subject (torch: ``DTensor.from_local(local, mesh, placements, run_check=True,
+        shape=shape, stride=<contiguous>)``): feed it a layout it must refuse and declare the
+        refusal with ``expect_raises`` at step ``build``; a layout it accepts but cannot gather is
+        caught at step ``output-metadata``, before any rank enters the gather. When the locals
+        do not assemble there is no reference: a case that gets past ``build`` then fails at
+        step ``reference`` saying so.
     """
 
     shape: Tuple[int, ...]

@@ -254,9 +254,8 @@ class ShardBackend(ABC):
 
         :param checked: ``True``: the local was checked by meshtest; build with ``global_shape``
             and without the platform's own check. ``False``
-            (``LocalInput(checked=False)``): build from the local as given with the platform's own
-            check on and its own inference of the global shape (``global_shape`` is not passed):
-            the platform's check is under test.
+            (``LocalInput(checked=False)``): build from the local as given, with ``global_shape``
+            and the platform's own check on: the platform's check is under test.
         :raises ValueError: (``checked``) the local's shape is not what the platform's layout of
             ``global_shape`` by ``placements`` gives this rank (the message says both).
         :raises NotImplementedError: the platform cannot build an input from locals (default).
@@ -283,7 +282,9 @@ class ShardBackend(ABC):
 
     def metadata_by_rank(self, tensor: Any) -> Optional[Dict[int, Tuple[Any, ...]]]:
         """Collective over the launch: the global metadata of a distributed output — ``(global
-        shape, stride, placements as text)`` — as every rank holds it, ``{rank: metadata}``;
+        shape, stride, placements as text)`` and optionally a fourth entry, ``(local shape, the
+        local shape the platform's layout gives this rank)`` — as every rank holds it,
+        ``{rank: metadata}``;
         ``None`` for a plain tensor, or when the platform cannot tell (default). Compared before
         the gather (step ``output-metadata``): ranks whose DTensors disagree on the global shape
         would otherwise meet in a gather whose sizes differ, which aborts a rank inside the

@@ -64,10 +64,17 @@ def _flat_optim():
 
 
 def _metadata(tensor: Any, value: Callable[[Any], Any] = int) -> Tuple[Any, ...]:
-    """A DTensor's global metadata as plain values: ``(shape, stride, placements)`` (``value``
-    reads one size: a simulated rank's entry of a per-rank size)."""
+    """A DTensor's global metadata as plain values: ``(shape, stride, placements, layout)``
+    (``value`` reads one size: a simulated rank's entry of a per-rank size); ``layout`` is
+    ``(local shape, the local shape torch lays out for the global shape and placements)``
+    (``compute_local_shape_and_global_offset``)."""
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    expected, _ = compute_local_shape_and_global_offset(tensor.shape, tensor.device_mesh, tensor.placements)
+    local = tuple(value(d) for d in tensor.to_local().shape)
+    laid = tuple(value(d) for d in expected)
     return (tuple(value(d) for d in tensor.shape), tuple(value(d) for d in tensor.stride()),
-            tuple(str(p) for p in tensor.placements))
+            tuple(str(p) for p in tensor.placements), (local, laid))
 
 
 def to_torch_placement(p: Placement):
@@ -114,10 +121,13 @@ def dtensor_from_local(local: Any, mesh: Any, tp: Sequence[Any], global_shape: S
     return d.detach().requires_grad_(True) if requires_grad else d
 
 
-def dtensor_as_given(local: Any, mesh: Any, tp: Sequence[Any], requires_grad: bool) -> Any:
-    """``DTensor.from_local(local, mesh, tp, run_check=True)``: torch's own check and its own
-    inference of the global shape (``LocalInput(checked=False)``), a leaf when ``requires_grad``."""
-    d = DTensor.from_local(local, mesh, list(tp), run_check=True)
+def dtensor_as_given(local: Any, mesh: Any, tp: Sequence[Any], global_shape: Sequence[int],
+                     requires_grad: bool) -> Any:
+    """``DTensor.from_local(local, mesh, tp, run_check=True, shape=..., stride=...)``: the
+    declared global shape and torch's own check of the locals against it
+    (``LocalInput(checked=False)``), a leaf when ``requires_grad``."""
+    d = DTensor.from_local(local, mesh, list(tp), run_check=True, shape=torch.Size(global_shape),
+                           stride=torch.empty(global_shape, device="meta").stride())
     return d.detach().requires_grad_(True) if requires_grad else d
 
 
@@ -446,7 +456,7 @@ class TorchGlooBackend(ShardBackend):
 
         tp = [to_torch_placement(p) for p in placements]
         if not checked:
-            return dtensor_as_given(self.make_tensor(array, dtype), mesh, tp, requires_grad)
+            return dtensor_as_given(self.make_tensor(array, dtype), mesh, tp, global_shape, requires_grad)
         expected, _ = compute_local_shape_and_global_offset(torch.Size(global_shape), mesh, tp)
         check_local_shape(self.rank(), array.shape, expected, global_shape, placements)
         return dtensor_from_local(self.make_tensor(array, dtype), mesh, tp, global_shape, requires_grad)

@@ -367,21 +367,33 @@ def _select(outs: Tuple[Any, ...], case: OpShardCase) -> List[Tuple[int, Any]]:
 
 def _check_output_metadata(backend: ShardBackend, outputs: Sequence[Tuple[int, Any]]) -> None:
     """Every rank's DTensor of each output has the same global shape, stride and placements
-    (:meth:`ShardBackend.metadata_by_rank`), before any rank enters the gather.
+    (:meth:`ShardBackend.metadata_by_rank`), and, when the ranks' local parts differ in shape,
+    each is the one the platform lays out (ranks whose locals differ off the layout would pair
+    collectives of different sizes in the gather; ranks that are all off the same way gather a
+    tensor the comparison then judges), before any rank enters the gather.
 
     :raises CompareError: they differ; the message gives each rank's value (ranks that agree grouped).
     """
     for i, out in outputs:
         by_rank = backend.metadata_by_rank(out)
-        if not by_rank or len(set(by_rank.values())) <= 1:
+        if not by_rank:
             continue
         groups: Dict[Any, List[int]] = {}
         for r, meta in sorted(by_rank.items()):
-            groups.setdefault(meta, []).append(r)
-        told = "; ".join(f"rank(s) {','.join(map(str, ranks))}: shape {list(m[0])} stride {list(m[1])} "
-                         f"placements ({', '.join(m[2])})" for m, ranks in groups.items())
-        raise CompareError(f"output[{i}]: the ranks' DTensors disagree on its global metadata, so gathering it "
-                           f"would pair collectives of different sizes: {told}")
+            groups.setdefault(tuple(meta[:3]), []).append(r)
+        if len(groups) > 1:
+            told = "; ".join(f"rank(s) {','.join(map(str, ranks))}: shape {list(m[0])} stride {list(m[1])} "
+                             f"placements ({', '.join(m[2])})" for m, ranks in groups.items())
+            raise CompareError(f"output[{i}]: the ranks' DTensors disagree on its global metadata, so gathering it "
+                               f"would pair collectives of different sizes: {told}")
+        layouts = {r: meta[3] for r, meta in sorted(by_rank.items()) if len(meta) > 3}
+        off = {r: (local, laid) for r, (local, laid) in layouts.items() if tuple(local) != tuple(laid)}
+        if off and len({tuple(local) for local, _ in layouts.values()}) > 1:
+            told = "; ".join(f"rank {r}: local {tuple(local)}; the layout gives {tuple(laid)}"
+                             for r, (local, laid) in off.items())
+            raise CompareError(f"output[{i}]: the ranks hold local parts of different shapes, not the ones the "
+                               f"platform lays out for the global shape {list(next(iter(groups))[0])}, so gathering "
+                               f"it would pair collectives of different sizes: {told}")
 
 
 def _compare(backend: ShardBackend, expected: Any, actual: Any, spec, label: str) -> None:
