@@ -29,3 +29,13 @@ register(OpShardCase(name="dcp_roundtrip_then_matmul_grad_mesh2", fn=lambda a, b
                      inputs=[InputSpec((5, 4), requires_grad=True), InputSpec((4, 3), requires_grad=True)],
                      placements=[(Shard(0),), (Replicate(),)], checkpoint_inputs=((Shard(1),), None),
                      mesh_shape=(2,), compare=CompareSpec.allclose(), tags=L0, simulation_limit=DCP))
+# Every declared step at once (the README's example): a to the contraction dim, b through a DCP
+# round trip, the Partial(sum) product reduce-scattered to rows.
+register(OpShardCase(
+    name="dcp_then_mm_partial_reduce_scattered_mesh2", fn=lambda a, b: a @ b,
+    inputs=[InputSpec((8, 6)), InputSpec((6, 4))], placements=[(Replicate(),), (Shard(0),)],
+    redistribute_inputs=((Shard(1),), None),        # step redistribute: a to the contraction dim
+    checkpoint_inputs=(None, (Shard(0),)),          # step checkpoint: b saved and loaded back as placed
+    redistribute_outputs=((Shard(0),),),            # step redistribute-output: the Partial(sum) product
+    output_placements=((Shard(0),),), mesh_shape=(2,), compare=CompareSpec.allclose(), tags=L0,
+    simulation_limit=DCP))
