@@ -11,6 +11,7 @@ Examples::
     python -m meshtest list cases/torch/case_sort.py -k 'mesh4 and not backward'   # what would run
     python -m meshtest cases/torch/case_sort.py -k 'mesh4 and not backward' --lf -q  # pytest's words
     python -m meshtest progress --watch 5                        # live: cases done / total per running target
+    python -m meshtest executor ray:127.0.0.1:6379 --pants       # launches of this pool (and ./pants') on Ray
     python -m meshtest ids cases/torch/tp/seed003_ids.txt cases/torch/tp/*.py   # every test-plan ID covered?
     python -m meshtest coverage cases/torch/training/seed001_domains.txt cases/torch/training/case_*.py
     python -m meshtest coverage-ops --tag cpu_level0 --baseline default   # sharding-rule coverage vs the baseline
@@ -81,6 +82,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="size of the device-slot pool shared by concurrent runs (default $MESHTEST_SLOTS or 8)")
     r.add_argument("--slot-dir", default="",
                    help="the pool's lock directory (default $MESHTEST_SLOT_DIR or ~/.cache/meshtest/slots)")
+    r.add_argument("--executor", default="", metavar="EXECUTOR",
+                   help="where launches run: local (this machine's pool), auto, ray://HOST:PORT (Ray Client) or "
+                        "ray:HOST:PORT / ray:auto (a Ray cluster's GCS address); default $MESHTEST_EXECUTOR, else the "
+                        "pool's executor file (python -m meshtest executor), else local")
     r.add_argument("--device-need", type=int, default=None, metavar="N",
                    help="slots to hold for the whole run (a build target's resource tag); default: enough for every "
                         "launch at once, up to --slots")
@@ -132,6 +137,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="the pool directory (default $MESHTEST_SLOT_DIR or ~/.cache/meshtest/slots; "
                         "under Pants: ~/.cache/pants/named_caches/meshtest_slots)")
     p.add_argument("--watch", type=float, default=0.0, metavar="SECONDS", help="repeat every SECONDS until interrupted")
+    x = sub.add_parser("executor", help="show or set where the launches of runs sharing a slot pool execute (the "
+                                        "pool's executor file: not part of any Pants cache key)")
+    x.add_argument("spec", nargs="?", default=None,
+                   help="local, auto, ray://HOST:PORT, ray:HOST:PORT or ray:auto (omit: show the current one)")
+    x.add_argument("--slot-dir", action="append", default=[], metavar="DIR",
+                   help="the pool directory (repeatable; default $MESHTEST_SLOT_DIR or ~/.cache/meshtest/slots)")
+    x.add_argument("--pants", action="store_true",
+                   help="also the pool of ./pants test (the named cache ~/.cache/pants/named_caches/meshtest_slots)")
     i = sub.add_parser("ids", help="check that every ID of a test-plan manifest has cases (spec_id=) and no case "
                                    "names an unknown ID")
     i.add_argument("manifest", help="file with one 'ID<TAB>feature' line per test-plan item")
@@ -443,6 +456,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                       collective_checks=args.collective_checks, lane=args.lane,
                       local_processes=args.local_processes, pack=args.pack,
                       durations_from=tuple(args.durations_from), record_ops=args.record_ops, mutant=args.mutant,
+                      executor=args.executor,
                       keyword=args.keyword, last_failed=args.last_failed, cache_dir=args.cache_dir,
                       verbosity=min(1, args.verbose) if args.verbose > args.quiet else -min(1, args.quiet),
                       slowest=args.durations)
@@ -519,11 +533,33 @@ def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)  # unwinds through the runner, which kills its launch
 
 
+#: Pants' named cache of the slot pool (``[GLOBAL].named_caches_dir``'s default) that ``./pants
+#: test`` links into every sandbox (``tools/pants-plugins/meshtest_pants/runner_command.py``)
+PANTS_POOL_DIR = os.path.join(os.path.expanduser("~"), ".cache", "pants", "named_caches", "meshtest_slots")
+
+
+def _cmd_executor(spec: Optional[str], slot_dirs: Sequence[str], pants: bool) -> int:
+    """``python -m meshtest executor [SPEC]``: print, or set, the executor of each named pool."""
+    from .parent import executor
+    from .parent.slots import default_slot_dir
+
+    dirs = list(slot_dirs) or [default_slot_dir()]
+    if pants:
+        dirs.append(PANTS_POOL_DIR)
+    for d in dirs:
+        if spec is None:
+            print(f"{d}: {executor.resolve('', d)}")
+        else:
+            path = executor.write_pool_executor(d, spec)
+            print(f"{d}: {spec.strip() or 'local'} ({path})")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in ("run", "scan", "count", "list", "ids", "coverage", "coverage-ops", "mutate", "progress",
-                                "generate", "triage", "shrink", "repro", "-h", "--help"):
+                                "executor", "generate", "triage", "shrink", "repro", "-h", "--help"):
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
     try:
@@ -539,6 +575,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _cmd_coverage(args.manifest, args.files, args.platform, args.results)
         if args.command == "progress":
             return _cmd_progress(args.slot_dir, args.watch)
+        if args.command == "executor":
+            return _bad_input_exits_2(lambda: _cmd_executor(args.spec, args.slot_dir, args.pants))
     except BrokenPipeError:  # `... scan | head`: the reader left; stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

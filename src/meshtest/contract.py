@@ -36,7 +36,11 @@ from .model.scan import ScannedCase
 from .status import Status
 
 #: Version of the launch plan format. Bump it whenever a contract type changes shape.
-PLAN_VERSION = 8
+PLAN_VERSION = 9
+
+#: Environment variable telling a rank the node it runs on (``<index>:<node id>``), set by an
+#: executor that places a launch across a cluster's nodes (:mod:`meshtest.parent.ray_executor`).
+NODE_ENV = "MESHTEST_NODE"
 
 #: Default deadline of one case, in seconds. A launch's process-group timeout is half the
 #: longest deadline among its cases.
@@ -209,6 +213,9 @@ class RankStarted:
     EVENT: ClassVar[str] = "rank_started"
     rank: int
     pid: int
+    #: the node it runs on, for a launch placed across a cluster (``<index>:<node id>``, from
+    #: ``$MESHTEST_NODE``); ``""`` on this machine's own launches
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -256,6 +263,8 @@ class RankRecord:
     error: str = ""
     detail: str = ""
     divergence: str = ""
+    #: the node the rank ran on (:attr:`RankStarted.node`)
+    node: str = ""
 
     def __post_init__(self) -> None:
         _coerce_status(self)
@@ -325,6 +334,8 @@ class RankFailure:
     status: Status
     step: str
     error: str
+    #: the node the rank ran on, for a launch placed across a cluster (``""`` otherwise)
+    node: str = ""
 
     def __post_init__(self) -> None:
         _coerce_status(self)
@@ -361,6 +372,8 @@ class CaseOutcome:
         which collective each rank entered).
     :ivar kind: the case's kind from the static scan (``op``, ``scenario``, ``train``; ``""``
         when the run did not know it, e.g. a file that failed its scan).
+    :ivar nodes: the node each rank ran on (index = rank), for a launch placed across a cluster;
+        ``()`` on this machine's own launches — the only trace of placement in a report.
     """
 
     case: str
@@ -378,6 +391,7 @@ class CaseOutcome:
     detail: str = ""
     diagnosis: str = ""
     kind: str = ""
+    nodes: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _coerce_status(self)
@@ -393,4 +407,5 @@ class CaseOutcome:
     def from_json(cls: Type[C], doc: Any, what: str = "case outcome") -> C:
         """:raises ContractError: unknown or missing field, unknown status."""
         body = _fields_of(cls, doc, what)
-        return cls(**{**body, "failures": tuple(RankFailure.from_json(f, what) for f in body.get("failures", ()))})
+        return cls(**{**body, "failures": tuple(RankFailure.from_json(f, what) for f in body.get("failures", ())),
+                      "nodes": tuple(body.get("nodes", ()))})

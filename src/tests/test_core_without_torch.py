@@ -1,4 +1,5 @@
-"""The platform-agnostic core must import and plan with torch made unimportable."""
+"""The platform-agnostic core must import and plan with torch (and Ray) made unimportable; the
+default resolve, the main job's, does not even install Ray."""
 from __future__ import annotations
 
 import os
@@ -10,13 +11,15 @@ import textwrap
 import meshtest
 
 SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
+#: the only module that imports Ray (the `ray` resolve's)
+RAY_EXECUTOR = "meshtest.parent.ray_executor"
 
 
 def _core_modules():
     mods = ["meshtest"]
     for info in pkgutil.walk_packages(meshtest.__path__, "meshtest."):
         adapter = info.name.startswith("meshtest.platforms.") and info.name != "meshtest.platforms.backend"
-        if not adapter and info.name != "meshtest.__main__":
+        if not adapter and info.name not in ("meshtest.__main__", RAY_EXECUTOR):
             mods.append(info.name)
     return mods
 
@@ -25,6 +28,7 @@ def test_every_core_module_imports_with_torch_blocked(tmp_path):
     mods = _core_modules()
     assert "meshtest.parent.runner" in mods and "meshtest.rank.entry" in mods and len(mods) >= 12
     assert "meshtest.platforms.backend" in mods and "meshtest.platforms.torch_gloo" not in mods
+    assert "meshtest.parent.executor" in mods and RAY_EXECUTOR not in mods
     case = tmp_path / "case_x.py"
     case.write_text("register(OpShardCase(name='a', mesh_shape=(2, 2), tags=('cpu_level0',)))\n")
     script = textwrap.dedent(f"""
@@ -32,7 +36,7 @@ def test_every_core_module_imports_with_torch_blocked(tmp_path):
 
         class Block:
             def find_spec(self, name, path=None, target=None):
-                if name.split('.')[0] in ('torch', 'mindspore', 'torch_npu'):
+                if name.split('.')[0] in ('torch', 'mindspore', 'torch_npu', 'ray'):
                     raise ImportError('blocked for this test: ' + name)
                 return None
 
@@ -44,8 +48,10 @@ def test_every_core_module_imports_with_torch_blocked(tmp_path):
         cases, errors, _ = scan_files([{str(case)!r}])
         assert not errors, errors
         print([g.group_id for g in plan_groups(select_cases(cases, 'cpu'))])
-        bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'mindspore')]
+        bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'mindspore', 'ray')]
         assert not bad, bad
+        from meshtest.parent import executor
+        assert executor.connect('local') is None and executor.connect('auto') is None  # no Ray: this machine
         try:
             import torch
         except ImportError as e:
@@ -77,3 +83,15 @@ def test_scan_module_runs_on_stdlib_only():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "4"
+
+
+def test_the_default_resolve_does_not_install_ray():
+    """Ray is in the `ray` resolve only: the main job's lockfile (python-default) neither asks for
+    it nor pulls it in, and the Ray executor module is owned by no default-resolve target."""
+    repo = os.path.dirname(SRC_ROOT)
+    with open(os.path.join(repo, "3rdparty", "python", "default.lock"), encoding="utf-8") as f:
+        lock = f.read()
+    assert '"project_name": "ray"' not in lock and '"ray' not in lock.split("generated_with_requirements")[1][:400]
+    with open(os.path.join(SRC_ROOT, "meshtest", "BUILD"), encoding="utf-8") as f:
+        build = f.read()
+    assert '"!parent/ray_executor.py"' in build

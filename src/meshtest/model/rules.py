@@ -330,6 +330,26 @@ LOCAL_LANE_TAG = "cpu_local"
 LOCAL_LANE_GATE = "cpu_level0"
 
 
+#: Device slots of one node when nothing else says (``[meshtest].slots``' default): a case
+#: whose ranks exceed it is tagged ``nodes:<n>`` (:func:`nodes_needed`).
+DEFAULT_NODE_SLOTS = 8
+
+
+def nodes_needed(ranks: int, node_slots: int) -> int:
+    """Nodes of ``node_slots`` slots a launch of ``ranks`` ranks spans: 1 when it fits one node,
+    else the fewest ``n`` that hold it with the same number of ranks on every node (torchrun's and
+    msrun's static rendezvous give each node ``ranks / n``), or ``ceil(ranks / node_slots)`` when
+    no such ``n`` exists below ``ranks`` (then the launch cannot be placed evenly).
+
+    >>> nodes_needed(8, 8), nodes_needed(8, 4), nodes_needed(12, 8), nodes_needed(16, 8)
+    (1, 2, 2, 2)
+    """
+    if node_slots <= 0 or ranks <= node_slots:
+        return 1
+    least = -(-ranks // node_slots)
+    return next((n for n in range(least, ranks + 1) if ranks % n == 0 and ranks // n <= node_slots), least)
+
+
 def runs_locally(kind: str, layer: Optional[int], phased: bool, simulation_limit: Optional[str]) -> bool:
     """Whether the one-process lane can run a case: an op case without a declared
     ``simulation_limit``, or a layer-0 scenario (the training net's layer 0: logic checked with no

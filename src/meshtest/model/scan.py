@@ -82,13 +82,17 @@ class ScannedCase:
         """Ranks the case needs at once: its world size, or its largest phase's."""
         return max([self.world_size] + [rules.world_size(shape) for shape, _ in self.phase_meshes])
 
-    def filter_tags(self) -> Tuple[str, ...]:
+    def filter_tags(self, node_slots: int = rules.DEFAULT_NODE_SLOTS) -> Tuple[str, ...]:
         """The tags ``--tag`` filters see, on its build target and on the case itself: its gate
-        tags, ``mesh:<world size>`` (of every phase), ``cap:<domain>`` for each capability,
-        ``layer:<n>``, and :data:`meshtest.model.rules.LOCAL_LANE_TAG` (``cpu_local``) on a
-        ``cpu_level0`` case the one-process lane runs."""
+        tags, ``mesh:<world size>`` (of every phase), ``nodes:<n>`` when its largest mesh needs
+        more than one node of ``node_slots`` slots (:func:`meshtest.model.rules.nodes_needed`),
+        ``cap:<domain>`` for each capability, ``layer:<n>``, and
+        :data:`meshtest.model.rules.LOCAL_LANE_TAG` (``cpu_local``) on a ``cpu_level0`` case the
+        one-process lane runs."""
         sizes = sorted({self.world_size} | {rules.world_size(shape) for shape, _ in self.phase_meshes})
-        return (tuple(self.tags) + tuple(f"mesh:{n}" for n in sizes) + tuple(f"cap:{c}" for c in self.capabilities)
+        nodes = rules.nodes_needed(self.device_need, node_slots)
+        return (tuple(self.tags) + tuple(f"mesh:{n}" for n in sizes) + ((f"nodes:{nodes}",) if nodes > 1 else ())
+                + tuple(f"cap:{c}" for c in self.capabilities)
                 + ((f"layer:{self.layer}",) if self.layer is not None else ())
                 + ((rules.LOCAL_LANE_TAG,) if self.local_lane else ()))
 
@@ -210,11 +214,12 @@ class FileScan:
         """Largest world size among the file's cases (0 when it has none)."""
         return max((c.device_need for c in self.cases), default=0)
 
-    def target_tags(self) -> Tuple[str, ...]:
-        """Build-target tags: every tag a case answers to (:meth:`ScannedCase.filter_tags`); with a
-        broken declaration, also every gate and :data:`SCAN_ERROR_TAG`, so that any gate's run
-        selects the file and the broken case fails loudly instead of dropping out."""
-        tags = {t for c in self.cases for t in c.filter_tags()}
+    def target_tags(self, node_slots: int = rules.DEFAULT_NODE_SLOTS) -> Tuple[str, ...]:
+        """Build-target tags: every tag a case answers to (:meth:`ScannedCase.filter_tags` with a
+        node of ``node_slots`` slots); with a broken declaration, also every gate and
+        :data:`SCAN_ERROR_TAG`, so that any gate's run selects the file and the broken case fails
+        loudly instead of dropping out."""
+        tags = {t for c in self.cases for t in c.filter_tags(node_slots)}
         if self.broken:
             tags |= set(rules.GATE_TAGS) | {SCAN_ERROR_TAG}
         return tuple(sorted(tags))

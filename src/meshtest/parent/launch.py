@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
@@ -37,6 +37,7 @@ from ..contract import (
 )
 from ..platforms.backend import backend_info
 from ..proctree import die_with_parent
+from .executor import connect as connect_executor
 from .planner import Group
 from .slots import SlotLease
 
@@ -80,7 +81,8 @@ RANK_START_ENV = "MESHTEST_RANK_START"
 
 def launch_command(kind: str, nproc: int, entry_args: Sequence[str], python: str = sys.executable,
                    master_port: Optional[int] = None, lane: str = "ranks",
-                   log_dir: str = "", start: str = "spawn") -> Tuple[List[str], Dict[str, str]]:
+                   log_dir: str = "", start: str = "spawn", nnodes: int = 1, node_rank: int = 0,
+                   master_addr: str = "127.0.0.1") -> Tuple[List[str], Dict[str, str]]:
     """Command line (and the environment it adds) that starts ``nproc`` ranks of
     :data:`RANK_ENTRY` with ``entry_args``.
 
@@ -104,35 +106,52 @@ def launch_command(kind: str, nproc: int, entry_args: Sequence[str], python: str
     ``python``'s directory first. One rank goes through msrun too (MindSpore's communication
     needs its scheduler).
 
-    :param nproc: number of ranks; must equal prod(mesh_shape) of the launch's cases.
-    :raises ValueError: unknown ``kind`` or ``nproc < 1``.
+    Across nodes (``nnodes > 1``, a launch placed by Ray: :mod:`meshtest.parent.ray_executor`)
+    this is node ``node_rank``'s command, ``nproc`` ranks of ``nnodes * nproc``, node 0 hosting
+    the rendezvous on ``master_addr:master_port``: the forked launcher with ``--nnodes
+    --node-rank --master-addr --master-port``, ``torchrun --nnodes --node-rank --master-addr
+    --master-port`` (its static rendezvous: global ranks in node order), or msrun's
+    ``--worker_num --local_worker_num --master_addr --node_rank``.
+
+    :param nproc: number of ranks (on this node); ``nnodes * nproc`` must equal
+        prod(mesh_shape) of the launch's cases.
+    :raises ValueError: unknown ``kind``, ``nproc < 1``, or several nodes without a port or in the
+        one-process lane.
     """
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
+    if nnodes > 1 and (master_port is None or lane == "local"):
+        raise ValueError("a launch across nodes needs the rendezvous port of node 0 and real ranks")
     if kind == "msrun":
         port = master_port or free_port()
         env = {"PATH": os.pathsep.join(p for p in (os.path.dirname(python), os.environ.get("PATH", "")) if p),
                # MindSpore's C++ log level: errors only (its INFO/WARNING lines bury the rank's own output);
                # a user's GLOG_v wins (_launch_env keeps what the environment already sets)
                "GLOG_v": os.environ.get("GLOG_v", "3")}
-        return [python, "-m", "mindspore.parallel.cluster.run", f"--worker_num={nproc}",
-                f"--local_worker_num={nproc}", "--master_addr=127.0.0.1", f"--master_port={port}",
+        return [python, "-m", "mindspore.parallel.cluster.run", f"--worker_num={nproc * nnodes}",
+                f"--local_worker_num={nproc}", f"--master_addr={master_addr}", f"--master_port={port}",
+                *([f"--node_rank={node_rank}"] if nnodes > 1 else []),
                 f"--log_dir={log_dir or 'msrun'}", "--join=True", f"--cluster_time_out={MSRUN_CLUSTER_TIMEOUT_S}",
                 MSRUN_WORKER, *entry_args], env
     if kind != "torchrun":
         raise ValueError(f"unknown launcher kind {kind!r}; known: torchrun, msrun")
     if lane == "local":
         return [python, "-m", RANK_ENTRY, *entry_args], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
-    if nproc == 1:
+    if nproc == 1 and nnodes == 1:
         env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port or free_port())}
         return [python, "-m", RANK_ENTRY, *entry_args], env
+    nodes = ([f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--master-addr={master_addr}"]
+             if nnodes > 1 else [])
     if start == "fork":
         port = [] if master_port is None else [f"--master-port={master_port}"]
-        return [python, "-m", FORK_LAUNCHER, f"--nproc={nproc}", *port, "--", *entry_args], {}
-    rendezvous = (["--standalone"] if master_port is None
-                  else ["--master-addr=127.0.0.1", f"--master-port={master_port}"])
-    return [python, "-m", "torch.distributed.run", *rendezvous, "--nnodes=1", f"--nproc-per-node={nproc}",
+        return [python, "-m", FORK_LAUNCHER, f"--nproc={nproc}", *nodes, *port, "--", *entry_args], {}
+    if nnodes > 1:
+        rendezvous = [*nodes, f"--master-port={master_port}"]
+    else:
+        rendezvous = (["--standalone", "--nnodes=1"] if master_port is None
+                      else ["--master-addr=127.0.0.1", f"--master-port={master_port}", "--nnodes=1"])
+    return [python, "-m", "torch.distributed.run", *rendezvous, f"--nproc-per-node={nproc}",
             "-m", RANK_ENTRY, *entry_args], {}
 
 
@@ -155,6 +174,8 @@ class RankProgress:
     partial: str = ""
     #: the rank process's pid (its ``rank_started`` event), 0 before it is known
     pid: int = 0
+    #: the node it runs on (its ``rank_started`` event; ``""`` on this machine's own launches)
+    node: str = ""
 
 
 @dataclass
@@ -184,6 +205,9 @@ class LaunchResult:
     dead: Dict[int, int] = field(default_factory=dict)
     #: rank → exit code of a dead rank, where the launcher reported it (msrun's log line)
     dead_exit: Dict[int, int] = field(default_factory=dict)
+    #: a node of a launch placed across a cluster that was lost mid-launch (which, and its ranks);
+    #: ``""`` otherwise (:attr:`meshtest.parent.ray_executor.RayLaunch.lost`)
+    node_lost: str = ""
 
     def recorded_by_all(self, case: str, world_size: int) -> bool:
         """Whether ``world_size`` ranks (the case's, :meth:`Group.ranks_of`) recorded ``case``."""
@@ -252,7 +276,7 @@ class RankWatcher:
         event = event_from_json(doc, where)
         now = time.time()
         if isinstance(event, RankStarted):
-            prog.pid = event.pid
+            prog.pid, prog.node = event.pid, event.node
         elif isinstance(event, CaseStarted):
             if self.first_case_t is None or event.t < self.first_case_t:
                 self.first_case_t = event.t
@@ -365,7 +389,7 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
            lease: SlotLease, fail_fast: bool = False, collective_checks: bool = False,
            cases_dir: str, master_port: Optional[int] = None, header: str = "",
            on_poll: Optional[Callable[[RankWatcher], None]] = None, record_ops: bool = False,
-           mutant: str = "") -> LaunchResult:
+           mutant: str = "", executor: str = "local") -> LaunchResult:
     """Run ``group`` as one launch on the first ``group.processes`` slots of ``lease``, watching it.
 
     The lease's lock files are inherited by the launch (``pass_fds``), so its slots stay held as
@@ -379,6 +403,9 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
     :param on_poll: called with the :class:`RankWatcher` after each poll (progress reporting).
     :param record_ops: :attr:`meshtest.contract.LaunchPlan.record_ops`.
     :param mutant: :attr:`meshtest.contract.LaunchPlan.mutant`.
+    :param executor: where the launch runs (:mod:`meshtest.parent.executor`): ``local`` (a child
+        process of this one, on the lease's slots) or a Ray cluster (the launch is placed on its
+        nodes; the lease only bounds this runner's launches in flight).
     """
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         # A reused --artifacts-dir: ranks append to their files and the watcher reads them from
@@ -394,26 +421,34 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
                lane=group.lane, workers=group.workers, record_ops=record_ops, mutant=mutant).write(plan_path)
     kind = backend_info(platform).launcher
     msrun_logs = os.path.join(out_dir, "msrun")
-    cmd, extra_env = launch_command(kind, group.processes, ["--plan", plan_path], master_port=master_port,
-                                    lane=group.lane, log_dir=msrun_logs, start=rank_start(platform, device_kind))
+    start = rank_start(platform, device_kind)
+
+    def command(nnodes: int, node_rank: int, master_addr: str, port: Optional[int]) -> Tuple[List[str], Dict[str, str]]:
+        return launch_command(kind, group.processes // nnodes, ["--plan", plan_path], master_port=port,
+                              lane=group.lane, log_dir=msrun_logs, start=start, nnodes=nnodes, node_rank=node_rank,
+                              master_addr=master_addr)
+
     t0 = time.monotonic()
     started = time.time()
     # msrun kills the other workers within a second of one dying, but exits only ~45 s later (its
     # scheduler's node timeout): watch the rank processes, end the launch as soon as one is gone
     watcher = RankWatcher(out_dir, group.processes, started, _ranks_by_case(group), watch_pids=kind == "msrun")
     timed_out = False
-    with open(os.path.join(out_dir, "launcher.log"), "w", encoding="utf-8") as logf:
+    log_path = os.path.join(out_dir, "launcher.log")
+    with open(log_path, "w", encoding="utf-8") as logf:
         if header:
             logf.write(f"# {header}\n")
-        logf.write("$ " + " ".join(cmd) + "\n")
         logf.flush()
-        # Own session, so the launch (launcher and ranks) can be killed as one group;
-        # die_with_parent so it also dies if this runner is killed outright.
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
-                                env={**_launch_env(device_kind, slot_ids), **extra_env},
-                                pass_fds=lease.fds, start_new_session=True, preexec_fn=die_with_parent)
+        cluster = connect_executor(executor)
+        env = _launch_env(device_kind, slot_ids)
+        if cluster is None:
+            handle: Any = LocalLaunch(command(1, 0, "127.0.0.1", master_port), env, logf, lease.fds)
+        else:
+            logf.write(f"# placed by {cluster.describe()}\n")
+            logf.flush()
+            handle = cluster.start(group.processes, command, env, log_path, plan_path)
         try:
-            while proc.poll() is None:
+            while handle.poll() is None:
                 time.sleep(POLL_S)
                 watcher.poll()
                 if on_poll is not None:
@@ -427,8 +462,9 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
                     logf.flush()
                     break
         finally:
-            _kill_tree(proc.pid)
-            rc = proc.wait()
+            rc = handle.end()
+        if handle.lost:
+            logf.write(f"# meshtest: t={time.time():.3f} {handle.lost}; the launch was ended\n")
     watcher.watch_pids = False  # from here on every rank is gone: killed by the line above, not dead by itself
     watcher.poll()
     exit_codes: Dict[int, int] = {}
@@ -445,7 +481,33 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
     return LaunchResult(rc, timed_out, time.monotonic() - t0, out_dir, watcher.records, watcher.progress,
                         watcher.stopped_after,
                         None if watcher.first_case_t is None else max(0.0, watcher.first_case_t - started),
-                        dict(watcher.dead), exit_codes)
+                        dict(watcher.dead), exit_codes, handle.lost)
+
+
+class LocalLaunch:
+    """A launch on this machine: its launcher a child process in a session of its own (so the
+    launcher and its ranks are killed as one group), ``die_with_parent`` so it dies too if this
+    runner is killed outright; the lease's lock files are inherited (``pass_fds``), so its slots
+    stay held as long as any of its processes lives."""
+
+    #: a local launch loses no node
+    lost = ""
+
+    def __init__(self, command: Tuple[List[str], Dict[str, str]], env: Dict[str, str], logf: Any,
+                 pass_fds: Sequence[int]) -> None:
+        cmd, extra_env = command
+        logf.write("$ " + " ".join(cmd) + "\n")
+        logf.flush()
+        self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env={**env, **extra_env},
+                                     pass_fds=tuple(pass_fds), start_new_session=True, preexec_fn=die_with_parent)
+
+    def poll(self) -> Optional[int]:
+        return self.proc.poll()
+
+    def end(self) -> int:
+        """Kill the launch's process tree; the launcher's exit code."""
+        _kill_tree(self.proc.pid)
+        return self.proc.wait()
 
 
 def salvage(group: Group, out_dir: str) -> Dict[str, Dict[int, RankRecord]]:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Dict, List, Mapping, Sequence
 
 from ..contract import GAVE_UP_EXIT, CaseOutcome, RankFailure, RankRecord
+from ..model import rules
 from ..model.known import judge_crash
 from ..model.rules import GOLDEN_NOTE
 from ..model.scan import BrokenDeclaration, ScannedCase, case_id
@@ -46,14 +47,15 @@ def aggregate(case: str, file: str, group: str, world_size: int, by_rank: Mappin
         if rec.duration_s >= slowest:
             slowest, slowest_rank = rec.duration_s, rank
         if rec.status is not Status.PASS:
-            failures.append(RankFailure(rank, rec.status, rec.step, rec.error))
+            failures.append(RankFailure(rank, rec.status, rec.step, rec.error, rec.node))
     status = worst(statuses)
     if status is Status.XPASS and statuses - {Status.XPASS}:
         status = Status.XFAIL
+    nodes = tuple(by_rank[r].node if r in by_rank else "" for r in range(world_size))
     return CaseOutcome(case, file, group, world_size, status, slowest, slowest_rank,
                        tuple(failures) if status is not Status.PASS else (),
                        launch_dir=launch_dir, divergence=next((r.divergence for r in ordered if r.divergence), ""),
-                       detail=_detail(ordered))
+                       detail=_detail(ordered), nodes=nodes if any(nodes) else ())
 
 
 def _detail(ordered: Sequence[RankRecord]) -> str:
@@ -109,17 +111,19 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
     for rank in range(group.ranks_of(case)):
         proc = worker if group.lane == "local" else rank
         rec, prog = by_rank.get(rank), res.progress.get(proc)
+        node = prog.node if prog is not None else ""
         if rec is not None:
             if rec.status is not Status.PASS:
-                failures.append(RankFailure(rank, rec.status, rec.step, rec.error))
+                failures.append(RankFailure(rank, rec.status, rec.step, rec.error, rec.node))
             elif prog is not None and prog.fence == case.id:
                 failures.append(RankFailure(rank, Status.WAITED, "fence", (
                     f"finished the case ({rec.status}) and waited at its end for the other ranks: "
-                    "a collective one rank skipped, added or reordered leaves the others blocked")))
+                    "a collective one rank skipped, added or reordered leaves the others blocked"), rec.node))
             continue
         step = prog.step if prog is not None and prog.case == case.id else "not started"
-        failures.append(RankFailure(rank, status, step or "?",
-                                    _unrecorded(case.name, proc, res, exits, proc in died and status is Status.CRASH)))
+        why = (f"{res.node_lost}; the launch was ended and rank {rank} did not finish {case.name}" if res.node_lost
+               else _unrecorded(case.name, proc, res, exits, proc in died and status is Status.CRASH))
+        failures.append(RankFailure(rank, status, step or "?", why, node))
     slowest = max((r.duration_s for r in by_rank.values()), default=0.0)
     failures.sort(key=lambda f: (f.rank not in died, f.rank != first,
                                  f.status not in (Status.CRASH, Status.TIMEOUT), f.rank))
@@ -135,9 +139,10 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
                    else "no rank died on its own")
             failures.insert(0, RankFailure(None, Status.CRASH, lead.step if lead else "?",
                                            f"expected {known.expectation()}; got {got}"))
+    nodes = tuple(res.progress[r].node if r in res.progress else "" for r in range(group.ranks_of(case)))
     return CaseOutcome(case.name, case.file, group.group_id, group.ranks_of(case), status, slowest, None,
                        tuple(failures),
-                       launch_dir=os.path.basename(res.out_dir))
+                       launch_dir=os.path.basename(res.out_dir), nodes=nodes if any(nodes) else ())
 
 
 def _first_line(text: str) -> str:
@@ -174,12 +179,22 @@ def broken_declaration(b: BrokenDeclaration) -> CaseOutcome:
                        failures=(RankFailure(None, Status.ERROR, "scan", b.error),))
 
 
-def too_large(case: ScannedCase, pool: int) -> CaseOutcome:
-    """A case whose mesh needs more device slots than the pool has: ``error`` at step ``slots``."""
-    return CaseOutcome(case=case.name, file=case.file, group="-", world_size=case.device_need, status=Status.ERROR,
-                       failures=(RankFailure(None, Status.ERROR, "slots", (
-                           f"the case needs {case.device_need} device slot(s) (mesh {case.mesh_shape}) but the pool "
-                           f"has {pool} ([meshtest].slots / --slots): it cannot run on this machine")),))
+def too_large(case: ScannedCase, node_slots: int, where: str = "") -> CaseOutcome:
+    """A case whose mesh needs more device slots than there are: ``unsupported`` at step
+    ``slots``, ``needs <n> nodes of <k> slots`` (:func:`meshtest.model.rules.nodes_needed`), never
+    silently skipped.
+
+    :param node_slots: the slots of a node (this machine's pool, or a cluster's largest node).
+    :param where: what the run has (default: this machine's pool of ``node_slots`` and no cluster).
+    """
+    nodes = rules.nodes_needed(case.device_need, node_slots)
+    have = where or (f"this machine's pool has {node_slots} ([meshtest].slots / --slots) and the run has no cluster "
+                     "(--executor ray://HOST:PORT: docs/scale.md)")
+    return CaseOutcome(case=case.name, file=case.file, group="-", world_size=case.device_need,
+                       status=Status.UNSUPPORTED,
+                       failures=(RankFailure(None, Status.UNSUPPORTED, "slots", (
+                           f"unsupported: needs {nodes} nodes of {node_slots} slots ({case.device_need} ranks, mesh "
+                           f"{case.mesh_shape}); {have}")),))
 
 
 def file_error(path: str, step: str, error: str) -> CaseOutcome:

@@ -433,9 +433,9 @@ def phase_groups(case: ScannedCase) -> List[Group]:
     return out
 
 
-def case_tags(c: ScannedCase) -> Tuple[str, ...]:
-    """Tags a case answers to in filters (:meth:`ScannedCase.filter_tags`)."""
-    return c.filter_tags()
+def case_tags(c: ScannedCase, node_slots: int = rules.DEFAULT_NODE_SLOTS) -> Tuple[str, ...]:
+    """Tags a case answers to in filters (:meth:`ScannedCase.filter_tags`, nodes of ``node_slots``)."""
+    return c.filter_tags(node_slots)
 
 
 def tag_clause_matches(clause: str, tags: Sequence[str]) -> bool:
@@ -483,6 +483,7 @@ def select_cases(
     tag_filters: Sequence[str] = (),
     name_patterns: Sequence[str] = (),
     file_patterns: Optional[Mapping[str, Sequence[str]]] = None,
+    node_slots: int = rules.DEFAULT_NODE_SLOTS,
 ) -> List[ScannedCase]:
     """Pick the cases to run.
 
@@ -494,12 +495,13 @@ def select_cases(
         matches (empty: all).
     :param file_patterns: file → patterns that apply to that file only (``A.py B.py::case`` runs
         all of A and only ``case`` of B).
+    :param node_slots: slots of one node, for the ``nodes:<n>`` tag (the build targets' node size).
     :raises SelectionError: a pattern matches no selected case.
     """
     out = [
         c for c in cases
         if any(rules.device_kind_of(t) == device_kind for t in c.tags)
-        and all(tag_clause_matches(clause, case_tags(c)) for clause in tag_filters)
+        and all(tag_clause_matches(clause, case_tags(c, node_slots)) for clause in tag_filters)
     ]
     scoped = [("", tuple(name_patterns))] + sorted((f, tuple(p)) for f, p in (file_patterns or {}).items())
     for file, patterns in scoped:

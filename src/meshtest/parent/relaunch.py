@@ -13,7 +13,9 @@ No case is lost and none is reported passed without every rank's record:
 - the case that timed out, or the last one recorded before a fence found the group broken, is
   the ``suspect`` the runner may re-run alone with collective checks to diagnose;
 - a launch that recorded nothing and started nothing ends the group: its cases are reported
-  ``timeout``/``crash`` (a relaunch would fail the same way).
+  ``timeout``/``crash`` (a relaunch would fail the same way);
+- a node lost mid-launch (a launch placed across a cluster) makes the case it ended ``error``
+  instead (the infrastructure failed, not the case), and the rest run in a fresh launch.
 """
 from __future__ import annotations
 
@@ -47,6 +49,9 @@ class LaunchFacts:
     exit_text: str
     launch_name: str
     group_id: str
+    #: a node lost mid-launch (:attr:`meshtest.parent.launch.LaunchResult.node_lost`): the case it
+    #: ended is ``error``, not a crash of the case's own making
+    node_lost: str = ""
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,7 @@ def decide(remaining: Sequence[str], facts: LaunchFacts, clashes_so_far: int = 0
         return Decision(next_cases=remaining, retry_rendezvous=True)
     complete = tuple(c for c in remaining if c in facts.recorded)
     incomplete = tuple(c for c in remaining if c not in facts.recorded)
-    died = Status.TIMEOUT if facts.timed_out else Status.CRASH
+    died = Status.ERROR if facts.node_lost else Status.TIMEOUT if facts.timed_out else Status.CRASH
     if facts.stopped_after:
         return Decision(complete, not_run=incomplete, notes=(
             f"fail-fast: stopped after {name_of(facts.stopped_after)} failed; {len(incomplete)} case(s) of "

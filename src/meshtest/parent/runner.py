@@ -19,13 +19,15 @@ from __future__ import annotations
 import os
 import queue
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..contract import DEFAULT_CASE_TIMEOUT_S, CaseOutcome
 from ..errors import DeviceUnavailable, SelectionError
+from ..model import rules
 from ..model.rules import LOCAL_LANE_TAG
 from ..model.scan import FileScan, ScannedCase, case_id, name_of, scan_case_file
 from ..platforms import probe
@@ -35,7 +37,7 @@ from ..report.html import write_html_report
 from ..report.junit import write_junit
 from ..report.results import recorded_durations, write_results
 from ..status import Status
-from . import outcomes, relaunch
+from . import executor, outcomes, relaunch
 from .launch import LaunchResult, RankWatcher, describe_exit, free_port, launch, rendezvous_clashed, salvage
 from .planner import (
     Group,
@@ -120,6 +122,10 @@ class RunOptions:
     slowest: int = -1
     #: case IDs the planner puts first in their launch, and their launches first (``--ff``)
     first: Tuple[str, ...] = ()
+    #: where launches run (:mod:`meshtest.parent.executor`): ``""`` (as ``$MESHTEST_EXECUTOR`` or
+    #: the pool's ``executor`` file says, else ``local``), ``local``, ``auto``, ``ray://HOST:PORT``,
+    #: ``ray:HOST:PORT``
+    executor: str = ""
 
 
 #: Values of ``RunOptions.collective_checks`` / ``--collective-checks``.
@@ -192,7 +198,7 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
                      cases_dir=cases_dir(opts),
                      collective_checks=opts.collective_checks == "on", master_port=port, header=header,
                      on_poll=_poller(on_progress, len(found), on_watch, sub_dir), record_ops=opts.record_ops,
-                     mutant=opts.mutant)
+                     mutant=opts.mutant, executor=opts.executor or "local")
         _audit_launch(lease, group, sub_dir, res=res)
         decision = relaunch.decide([c.id for c in remaining], _facts(res, group), clashes)
         if decision.retry_rendezvous:
@@ -229,7 +235,7 @@ def _diagnose(decided: List[CaseOutcome], suspect: str, group: Group, opts: RunO
     _audit_launch(lease, group, out_dir, 1)
     res = launch(replace(group, cases=(case,)), platform=opts.platform, device_kind=opts.device_kind,
                  case_timeout_s=opts.case_timeout_s, out_dir=out_dir, lease=lease, collective_checks=True,
-                 cases_dir=cases_dir(opts), mutant=opts.mutant,
+                 cases_dir=cases_dir(opts), mutant=opts.mutant, executor=opts.executor or "local",
                  header=f"diagnosis of {case.name}: re-run alone with collective checks")
     _audit_launch(lease, group, out_dir, res=res)
     records = res.records.get(case.id, {})
@@ -271,7 +277,8 @@ def _facts(res: LaunchResult, group: Group) -> relaunch.LaunchFacts:
         recorded=frozenset(c.id for c in group.cases if res.recorded_by_all(c.id, group.ranks_of(c))),
         started=frozenset(n for n in ids if res.started(n)), stopped_after=res.stopped_after,
         rendezvous_clash=rendezvous_clashed(res), timed_out=res.timed_out, clean=res.rc == 0,
-        exit_text=describe_exit(res.rc), launch_name=os.path.basename(res.out_dir), group_id=group.group_id)
+        exit_text=describe_exit(res.rc), launch_name=os.path.basename(res.out_dir), group_id=group.group_id,
+        node_lost=res.node_lost)
 
 
 def _decided_outcomes(decision: relaunch.Decision, group: Group, res: LaunchResult,
@@ -336,8 +343,9 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     Whatever ends the run (Ctrl-C and SIGTERM included), the report, ``results.jsonl``,
     ``junit.xml`` and ``report.html`` are written with what was recorded.
 
-    A case whose mesh needs more device slots than the pool has is ``error`` at step ``slots``,
-    naming its need and the pool's size; the other cases run.
+    A case whose mesh needs more device slots than there are (this machine's pool, or the Ray
+    cluster the run's executor names) is ``unsupported`` at step ``slots``, ``needs <n> nodes of
+    <k> slots``; the other cases run.
 
     :raises SelectionError: name patterns match nothing, or the platform is unknown.
     :raises meshtest.parent.slots.SlotRequestError: a launch group needs more ranks than the build
@@ -351,17 +359,25 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     if mismatch:
         raise SelectionError(mismatch)
     os.makedirs(opts.artifacts_dir, exist_ok=True)
+    ranks_lane = (opts.lane or lane_of(opts.tag_filters)) != "local"
+    opts, cluster = _with_executor(opts, ranks_lane)
+    node_slots = cluster.shape.largest if cluster is not None else opts.slots
     cases, scan_errors, scan_notes = scan_files(files)
-    selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns))
+    selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns),
+                            node_slots=node_slots)
     if opts.only_cases:
         selected = [c for c in selected if c.name in set(opts.only_cases)]
     selected, lines, failed_first = narrow(selected, opts.keyword, opts.last_failed, opts.cache_dir)
     scan_notes = list(scan_notes) + lines
     if failed_first:
         opts = replace(opts, first=failed_first)
-    if (opts.lane or lane_of(opts.tag_filters)) != "local":  # the one-process lane holds no slot per rank
-        scan_errors += [outcomes.too_large(c, opts.slots) for c in selected if c.device_need > opts.slots]
-        selected = [c for c in selected if c.device_need <= opts.slots]
+    if ranks_lane:  # the one-process lane holds no slot per rank
+        where = "" if cluster is None else f"the run's {cluster.describe()}"
+        unplaceable = [c for c in selected if not _placeable(c.device_need, node_slots, opts.slots)]
+        scan_errors += [outcomes.too_large(c, node_slots, where) for c in unplaceable]
+        selected = [c for c in selected if c not in unplaceable]
+    if cluster is not None:
+        scan_notes.append(f"launches placed by the {cluster.describe()}")
     durations = recorded_durations(opts.durations_from) if opts.durations_from else {}
     groups, need = plan_run(selected, opts, durations)
     if groups and opts.device_kind != "cpu":
@@ -407,6 +423,31 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             write_evidence(opts.artifacts_dir, result.outcomes, result.notes)
             record_last_failed(result.outcomes, opts)
     return result
+
+
+def _with_executor(opts: RunOptions, ranks_lane: bool) -> Tuple[RunOptions, Any]:
+    """The run's executor (:mod:`meshtest.parent.executor`) and its options: on a Ray cluster the
+    pool this runner holds is the cluster's slots, in a directory of its own (Ray's placement
+    groups share the real slots out among every driver); ``None`` for this machine.
+
+    :raises SelectionError: the executor is unknown, or names Ray where Ray is not installed.
+    """
+    spec = executor.resolve(opts.executor, opts.slot_dir or default_slot_dir())
+    try:
+        cluster = executor.connect(spec) if ranks_lane else None
+    except (ImportError, ValueError) as e:
+        raise SelectionError(str(e)) from None
+    if cluster is None:
+        return opts, None
+    pool = tempfile.mkdtemp(prefix="meshtest-ray-pool-")
+    return replace(opts, executor=spec, slots=cluster.shape.total, slot_dir=pool), cluster
+
+
+def _placeable(ranks: int, node_slots: int, total: int) -> bool:
+    """Whether a launch of ``ranks`` ranks fits: at most ``total`` slots, on nodes of
+    ``node_slots`` slots with the same number of ranks on each (:func:`meshtest.model.rules.nodes_needed`)."""
+    nodes = rules.nodes_needed(ranks, node_slots)
+    return ranks <= total and ranks % nodes == 0 and ranks // nodes <= node_slots
 
 
 def record_last_failed(found: Sequence[CaseOutcome], opts: RunOptions) -> None:

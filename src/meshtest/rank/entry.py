@@ -34,6 +34,7 @@ from ..contract import (
     FENCE_MARGIN_S,
     GAVE_UP_EXIT,
     HEALTH_PROBE_FRACTION,
+    NODE_ENV,
     CaseStarted,
     FenceEntered,
     LaunchPlan,
@@ -196,7 +197,7 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
     detail = "\n".join(n for n in (result.detail, near) if n)
     for r in simulated or (rank,):
         out.emit(RankRecord(sc.id, sc.file, plan.group_id, r, status, result.step, elapsed, error, detail,
-                            getattr(case, "divergence", None) or ""))
+                            getattr(case, "divergence", None) or "", node=os.environ.get(NODE_ENV, "")))
     return result.status, status
 
 
@@ -250,7 +251,8 @@ def run_plan(plan: LaunchPlan, rank: int, out: RankStream) -> Tuple[ShardBackend
     for sc in plan.cases:
         case = cases.get(sc.id)
         if sc.file in load_errors:
-            out.emit(RankRecord(sc.id, sc.file, plan.group_id, rank, Status.ERROR, "load", 0.0, load_errors[sc.file]))
+            out.emit(RankRecord(sc.id, sc.file, plan.group_id, rank, Status.ERROR, "load", 0.0, load_errors[sc.file],
+                                node=os.environ.get(NODE_ENV, "")))
             status = judged = Status.ERROR
         else:
             # each case's own mesh (shape and axis names; an op case whose names are labels still sees
@@ -428,7 +430,7 @@ def run(argv: Optional[List[str]] = None) -> Tuple[int, bool]:
         log.info("local lane done")
         return rc, True
     out = RankStream(os.path.join(plan.out_dir, f"rank{rank}.jsonl"))
-    out.emit(RankStarted(rank, os.getpid()))
+    out.emit(RankStarted(rank, os.getpid(), os.environ.get(NODE_ENV, "")))
     backend, broken = run_plan(plan, rank, out)
     out.close()
     if not broken:

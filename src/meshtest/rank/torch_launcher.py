@@ -134,14 +134,18 @@ def rank_main(port_fd: int, port_write_fd: int, *entry_args: str) -> None:
         raise SystemExit(code)
 
 
-def rank_env(local_rank: int, nproc: int, run_id: str) -> Dict[str, str]:
-    """The environment torchrun's agent gives local rank ``local_rank`` of a one-node launch of
-    ``nproc`` ranks whose store the agent hosts (``TORCHELASTIC_USE_AGENT_STORE``: every rank a
-    client of it; ``MASTER_PORT`` is set by :func:`rank_main` once the store is up)."""
-    return {"LOCAL_RANK": str(local_rank), "RANK": str(local_rank), "GROUP_RANK": "0",
-            "ROLE_RANK": str(local_rank), "ROLE_NAME": "default", "LOCAL_WORLD_SIZE": str(nproc),
-            "WORLD_SIZE": str(nproc), "GROUP_WORLD_SIZE": "1", "ROLE_WORLD_SIZE": str(nproc),
-            "MASTER_ADDR": "127.0.0.1", "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0",
+def rank_env(local_rank: int, nproc: int, run_id: str, nnodes: int = 1, node_rank: int = 0,
+             master_addr: str = "127.0.0.1") -> Dict[str, str]:
+    """The environment torchrun's agent gives local rank ``local_rank`` of node ``node_rank`` of a
+    launch of ``nnodes`` nodes of ``nproc`` ranks each (global rank ``node_rank * nproc +
+    local_rank``, torchrun's static rendezvous order) whose store node 0's agent hosts on
+    ``master_addr`` (``TORCHELASTIC_USE_AGENT_STORE``: every rank a client of it; ``MASTER_PORT``
+    is set by :func:`rank_main` once the store's port is known)."""
+    rank = node_rank * nproc + local_rank
+    return {"LOCAL_RANK": str(local_rank), "RANK": str(rank), "GROUP_RANK": str(node_rank),
+            "ROLE_RANK": str(rank), "ROLE_NAME": "default", "LOCAL_WORLD_SIZE": str(nproc),
+            "WORLD_SIZE": str(nnodes * nproc), "GROUP_WORLD_SIZE": str(nnodes), "ROLE_WORLD_SIZE": str(nnodes * nproc),
+            "MASTER_ADDR": master_addr, "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0",
             "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": run_id,
             "OMP_NUM_THREADS": os.environ["OMP_NUM_THREADS"]}
 
@@ -162,8 +166,16 @@ def main(argv: Optional[List[str]] = None) -> None:
         argv, rest = argv[:cut], argv[cut + 1:]
     ap = argparse.ArgumentParser(prog="meshtest.rank.torch_launcher")
     ap.add_argument("--nproc", type=int, required=True, help="ranks on this node")
-    ap.add_argument("--master-port", type=int, default=None, help="the store on 127.0.0.1:PORT (default: a free one)")
+    ap.add_argument("--master-port", type=int, default=None,
+                    help="the store on MASTER_ADDR:PORT (default: a free one; required with --nnodes > 1)")
+    ap.add_argument("--nnodes", type=int, default=1, help="nodes of the launch (one launcher each)")
+    ap.add_argument("--node-rank", type=int, default=0, help="this node's index: 0 hosts the store")
+    ap.add_argument("--master-addr", default="127.0.0.1", help="the address of node 0, where the store is")
     args = ap.parse_args(argv)
+    if args.nnodes > 1 and args.master_port is None:
+        ap.error("--nnodes > 1 needs --master-port (every node's ranks must find node 0's store)")
+    if not 0 <= args.node_rank < args.nnodes:
+        ap.error(f"--node-rank {args.node_rank} is not in 0..{args.nnodes - 1}")
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch reads it: what torchrun sets for nproc > 1
     # imported once here, inherited by every rank: torch, DTensor, the backend the ranks load
     import torch.distributed.tensor  # noqa: F401
@@ -186,26 +198,34 @@ def main(argv: Optional[List[str]] = None) -> None:
     with tempfile.TemporaryDirectory(prefix="meshtest-launch-") as logs:
         pc = start_processes(name="meshtest.rank.entry", entrypoint=rank_main,
                              args={i: (port_r, port_w, *rest) for i in range(args.nproc)},
-                             envs={i: rank_env(i, args.nproc, run_id) for i in range(args.nproc)},
+                             envs={i: rank_env(i, args.nproc, run_id, args.nnodes, args.node_rank, args.master_addr)
+                                   for i in range(args.nproc)},
                              logs_specs=DefaultLogsSpecs(log_dir=logs), start_method="fork")
         os.close(port_r)
-        _supervise(pc, port_w, args.nproc, args.master_port)
+        _supervise(pc, port_w, args.nproc, args.master_port, host_store=args.node_rank == 0,
+                   master_addr=args.master_addr)
 
 
-def _supervise(pc: Any, port_w: int, nproc: int, master_port: Optional[int]) -> None:
-    """Start the store, hand its port to the ranks, and watch them until they end (see :func:`main`)."""
+def _supervise(pc: Any, port_w: int, nproc: int, master_port: Optional[int], host_store: bool = True,
+               master_addr: str = "127.0.0.1") -> None:
+    """Start the store (node 0: ``host_store``; another node's ranks join node 0's at
+    ``master_addr:master_port``), hand its port to the ranks, and watch them until they end (see
+    :func:`main`)."""
     from torch.distributed import TCPStore
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     result = None
+    store = None
     try:
-        try:
-            store = TCPStore("127.0.0.1", master_port or 0, is_master=True, wait_for_workers=False)
-        except Exception as e:  # a taken --master-port: say so, as torchrun's rendezvous would
-            os.close(port_w)
-            raise RuntimeError(f"the launch's store could not bind 127.0.0.1:{master_port}: {e}") from e
-        os.write(port_w, (f"{store.port:07d}\n" * nproc).encode())
+        if host_store:
+            try:
+                store = TCPStore(master_addr, master_port or 0, is_master=True, wait_for_workers=False)
+            except Exception as e:  # a taken --master-port: say so, as torchrun's rendezvous would
+                os.close(port_w)
+                raise RuntimeError(f"the launch's store could not bind {master_addr}:{master_port}: {e}") from e
+        port = store.port if store is not None else master_port
+        os.write(port_w, (f"{port:07d}\n" * nproc).encode())
         os.close(port_w)
         while (result := pc.wait(timeout=0)) is None:  # torchrun's monitor loop, every 0.1 s
             time.sleep(0.1)

@@ -92,10 +92,12 @@ def runner_dependencies_for(resolve: str | None, default: Iterable[str],
 
 
 def scan_case_files(spec_path: str, contents: DigestContents,
-                    data: DigestContents | None = None) -> tuple[ScannedCaseFile, ...]:
+                    data: DigestContents | None = None, node_slots: int = 8) -> tuple[ScannedCaseFile, ...]:
     """Run the static scan over each file; undecodable bytes become a scan error. ``data``: the
     JSON files beside the case files, for the manifests of generated cases
-    (``register_generated(manifest=...)``, meshtest.model.generated)."""
+    (``register_generated(manifest=...)``, meshtest.model.generated). ``node_slots``: the slots
+    of one node (`[meshtest].slots`), for the `nodes:<n>` tag of a file whose largest mesh needs
+    more than one node."""
     files = {fc.path: fc.content for fc in (data or ())}
 
     def read(path: str) -> str:
@@ -117,7 +119,7 @@ def scan_case_files(spec_path: str, contents: DigestContents,
         else:
             groups = tuple(g.group_id for g in plan_groups(scan.cases))
             scanned.append(
-                ScannedCaseFile(relpath, None, tuple(scan.target_tags()), scan.device_need, groups)
+                ScannedCaseFile(relpath, None, tuple(scan.target_tags(node_slots)), scan.device_need, groups)
             )
     return tuple(scanned)
 
@@ -132,7 +134,7 @@ async def generate_meshtest_case_targets(
     paths = await Get(SourcesPaths, SourcesPathsRequest(generator[MeshtestCasesSourcesField]))
     contents = await Get(DigestContents, PathGlobs(paths.files))
     data = await Get(DigestContents, PathGlobs([os.path.join(request.template_address.spec_path, "*.json")]))
-    case_files = scan_case_files(request.template_address.spec_path, contents, data)
+    case_files = scan_case_files(request.template_address.spec_path, contents, data, meshtest.slots)
     return GeneratedTargets(
         generator,
         (
