@@ -328,10 +328,10 @@ def test_the_fork_launchers_report_names_every_rank_that_exited_first_seen_first
 
     exits = RankExits()
     pids = []
-    for rank, code in ((1, 7), (0, 3)):  # rank 1 dies, then rank 0 gives up
+    for rank, code in ((5, 7), (4, 3)):  # node 1 of a launch of 2 x 4: rank 5 dies, then rank 4 gives up
         pid = os.fork()
         if pid == 0:
-            exits.announce(rank)
+            exits.announce(rank, rank - 4)
             os._exit(code)
         pids.append(pid)
         time.sleep(0.3)
@@ -340,7 +340,8 @@ def test_the_fork_launchers_report_names_every_rank_that_exited_first_seen_first
     assert [os.waitpid(pid, 0)[1] >> 8 for pid in pids] == [7, 3]  # still there for the agent to reap
     log = tmp_path / "launcher.log"
     log.write_text(report)
-    assert rank_exit_codes(str(log)) == {1: 7, 0: 3} and root_cause_rank(str(log)) == 1
+    assert rank_exit_codes(str(log)) == {5: 7, 4: 3} and root_cause_rank(str(log)) == 5  # global ranks
+    assert "rank      : 5 (local_rank: 1)" in report
 
 
 @pytest.mark.parametrize("start", ["fork", "spawn"])

@@ -27,6 +27,21 @@ def test_reads_literals_and_module_constants():
                                   "npu_level1")
 
 
+def test_a_mesh_above_a_node_tags_the_target_with_the_nodes_it_needs():
+    """``nodes:<n>`` from the static scan, against the node size (``[meshtest].slots``): the
+    8-rank case needs 2 nodes of 4 slots, none of 8; 16 ranks need 2 nodes of 8, 12 ranks 2 of 6;
+    ``--tag=nodes:2`` selects by it."""
+    from meshtest.model.rules import nodes_needed
+    from meshtest.parent.planner import select_cases
+
+    scan = scan_case_source("cases/x.py", GOOD)
+    assert "nodes:2" in scan.target_tags(node_slots=4) and not any(t.startswith("nodes:") for t in scan.target_tags())
+    assert [c.name for c in select_cases(scan.cases, "cpu", ["nodes:2"], node_slots=4)] == ["b"]
+    assert select_cases(scan.cases, "cpu", ["nodes:2"]) == []
+    # 7 ranks split evenly only as 7 nodes of 1 rank
+    assert (nodes_needed(16, 8), nodes_needed(12, 8), nodes_needed(8, 8), nodes_needed(7, 4)) == (2, 2, 1, 7)
+
+
 def test_a_case_without_a_gate_tag_is_a_scan_error():
     scan = scan_case_source("cases/x.py", "register(OpShardCase(name='lost', mesh_shape=(2,)))\n")
     assert scan.cases == () and "case 'lost': rule gate-tag: the case has no gate tag" in scan.errors

@@ -205,9 +205,10 @@ class LaunchResult:
     dead: Dict[int, int] = field(default_factory=dict)
     #: rank → exit code of a dead rank, where the launcher reported it (msrun's log line)
     dead_exit: Dict[int, int] = field(default_factory=dict)
-    #: a node of a launch placed across a cluster that was lost mid-launch (which, and its ranks);
-    #: ``""`` otherwise (:attr:`meshtest.parent.ray_executor.RayLaunch.lost`)
-    node_lost: str = ""
+    #: what the cluster failed in a launch it placed: a node lost mid-launch (which, and its ranks:
+    #: :attr:`meshtest.parent.ray_executor.RayLaunch.lost`) or a launch it could not place; ``""``
+    #: otherwise. The case it ended is ``error``, not a crash of the case's own making.
+    cluster_error: str = ""
 
     def recorded_by_all(self, case: str, world_size: int) -> bool:
         """Whether ``world_size`` ranks (the case's, :meth:`Group.ranks_of`) recorded ``case``."""
@@ -434,7 +435,7 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
     # scheduler's node timeout): watch the rank processes, end the launch as soon as one is gone
     watcher = RankWatcher(out_dir, group.processes, started, _ranks_by_case(group), watch_pids=kind == "msrun")
     timed_out = False
-    log_path = os.path.join(out_dir, "launcher.log")
+    log_path = os.path.abspath(os.path.join(out_dir, "launcher.log"))
     with open(log_path, "w", encoding="utf-8") as logf:
         if header:
             logf.write(f"# {header}\n")
@@ -446,7 +447,11 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
         else:
             logf.write(f"# placed by {cluster.describe()}\n")
             logf.flush()
-            handle = cluster.start(group.processes, command, env, log_path, plan_path)
+            try:
+                handle = cluster.start(group.processes, command, env, log_path, plan_path)
+            except Exception as e:  # no placement, a node that cannot see the plan: the cluster's failure
+                handle = Unplaced(f"the cluster could not place the launch: {type(e).__name__}: {e}")
+                logf.write(f"# meshtest: {handle.lost}\n")
         try:
             while handle.poll() is None:
                 time.sleep(POLL_S)
@@ -482,6 +487,19 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
                         watcher.stopped_after,
                         None if watcher.first_case_t is None else max(0.0, watcher.first_case_t - started),
                         dict(watcher.dead), exit_codes, handle.lost)
+
+
+class Unplaced:
+    """A launch the cluster could not start: ended at once, :attr:`lost` saying why."""
+
+    def __init__(self, why: str) -> None:
+        self.lost = why
+
+    def poll(self) -> Optional[int]:
+        return 1
+
+    def end(self) -> int:
+        return 1
 
 
 class LocalLaunch:

@@ -121,8 +121,9 @@ def interrupted(case: ScannedCase, group: Group, res: LaunchResult, status: Stat
                     "a collective one rank skipped, added or reordered leaves the others blocked"), rec.node))
             continue
         step = prog.step if prog is not None and prog.case == case.id else "not started"
-        why = (f"{res.node_lost}; the launch was ended and rank {rank} did not finish {case.name}" if res.node_lost
-               else _unrecorded(case.name, proc, res, exits, proc in died and status is Status.CRASH))
+        own = proc in died and status is Status.CRASH
+        why = (f"{res.cluster_error}; the launch was ended and rank {rank} did not finish {case.name}"
+               if res.cluster_error else _unrecorded(case.name, proc, res, exits, own))
         failures.append(RankFailure(rank, status, step or "?", why, node))
     slowest = max((r.duration_s for r in by_rank.values()), default=0.0)
     failures.sort(key=lambda f: (f.rank not in died, f.rank != first,

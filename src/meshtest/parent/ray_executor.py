@@ -135,8 +135,9 @@ class NodeLauncher:
             s.bind((ray.util.get_node_ip_address(), 0))
             return s.getsockname()[1]
 
-    def start(self, cmd: List[str], env: Dict[str, str], log_path: str, plan_path: str) -> int:
-        """Start the node's launcher (its own session, appended to ``log_path``); its pid.
+    def start(self, cmd: List[str], env: Dict[str, str], log_path: str, plan_path: str, cwd: str) -> int:
+        """Start the node's launcher in ``cwd`` (the runner's working directory, where the plan's
+        relative case-file paths start; its own session, appended to ``log_path``); its pid.
 
         :raises FileNotFoundError: this node does not see ``plan_path`` (no shared filesystem).
         """
@@ -147,8 +148,8 @@ class NodeLauncher:
         log = open(log_path, "a", encoding="utf-8")
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                     preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                     start_new_session=True, preexec_fn=die_with_parent)
         log.close()
         return self.proc.pid
 
@@ -220,12 +221,13 @@ class RayLaunch:
         for i, actor in enumerate(self.actors):
             cmd, extra = command(self.nnodes, i, master_addr, port)
             node_env = {**env, **extra, NODE_ENV: f"{i}:{where[i][1][:8]}"}
-            starts.append(actor.start.remote(cmd, node_env, log_path, plan_path))
+            starts.append(actor.start.remote(cmd, node_env, log_path, plan_path, os.getcwd()))
         ray.get(starts)
 
     def poll(self) -> Optional[int]:
-        """The launch's exit code once every node's launcher ended (the first non-zero), ``-9``
-        once a node is lost (:attr:`lost` says which), else ``None``."""
+        """The launch's exit code: the first non-zero one as soon as a node's launcher failed (the
+        launch is over: :meth:`end` stops the other nodes), ``0`` once every node's ended cleanly,
+        ``-9`` once a node is lost (:attr:`lost` says which), else ``None``."""
         if self.lost:
             return -signal.SIGKILL
         codes: List[Optional[int]] = []
@@ -238,9 +240,10 @@ class RayLaunch:
                 self.lost = (f"node {index} ({addr}, Ray node {node_id[:8]}, ranks {first}-{last}) left the cluster "
                              f"mid-launch: {type(e).__name__}")
                 return -signal.SIGKILL
-        if any(c is None for c in codes):
-            return None
-        return next((c for c in codes if c), 0)
+        failed = next((c for c in codes if c), None)
+        if failed is not None:  # one node's launcher failed: the launch is over (as torchrun's agents tear down)
+            return failed
+        return None if any(c is None for c in codes) else 0
 
     def end(self) -> int:
         """Kill every node's launcher tree, remove the actors and the placement group (the slots

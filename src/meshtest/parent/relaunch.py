@@ -49,9 +49,10 @@ class LaunchFacts:
     exit_text: str
     launch_name: str
     group_id: str
-    #: a node lost mid-launch (:attr:`meshtest.parent.launch.LaunchResult.node_lost`): the case it
-    #: ended is ``error``, not a crash of the case's own making
-    node_lost: str = ""
+    #: what the cluster failed (a node lost mid-launch, a launch it could not place:
+    #: :attr:`meshtest.parent.launch.LaunchResult.cluster_error`): the case it ended is ``error``,
+    #: not a crash of the case's own making
+    cluster_error: str = ""
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def decide(remaining: Sequence[str], facts: LaunchFacts, clashes_so_far: int = 0
         return Decision(next_cases=remaining, retry_rendezvous=True)
     complete = tuple(c for c in remaining if c in facts.recorded)
     incomplete = tuple(c for c in remaining if c not in facts.recorded)
-    died = Status.ERROR if facts.node_lost else Status.TIMEOUT if facts.timed_out else Status.CRASH
+    died = Status.ERROR if facts.cluster_error else Status.TIMEOUT if facts.timed_out else Status.CRASH
     if facts.stopped_after:
         return Decision(complete, not_run=incomplete, notes=(
             f"fail-fast: stopped after {name_of(facts.stopped_after)} failed; {len(incomplete)} case(s) of "

@@ -278,7 +278,7 @@ def _facts(res: LaunchResult, group: Group) -> relaunch.LaunchFacts:
         started=frozenset(n for n in ids if res.started(n)), stopped_after=res.stopped_after,
         rendezvous_clash=rendezvous_clashed(res), timed_out=res.timed_out, clean=res.rc == 0,
         exit_text=describe_exit(res.rc), launch_name=os.path.basename(res.out_dir), group_id=group.group_id,
-        node_lost=res.node_lost)
+        cluster_error=res.cluster_error)
 
 
 def _decided_outcomes(decision: relaunch.Decision, group: Group, res: LaunchResult,

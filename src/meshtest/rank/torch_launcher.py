@@ -47,7 +47,7 @@ class RankExits:
 
     torch's fork context reports one failed rank only (the first its join finds, which may be
     a peer that gave up after the rank that died), where torchrun's report lists every failure
-    and names the first. So each rank writes ``<pid> <local rank>`` into a pipe as it starts,
+    and names the first. So each rank writes ``<pid> <rank> <local rank>`` into a pipe as it starts,
     and a ``SIGCHLD`` handler peeks at each exited rank with ``waitid(..., WNOWAIT)`` — leaving
     the reaping to the fork context — to record its status. :meth:`report` prints them in torchrun's
     format (``rank : k`` / ``exitcode : c``, the first seen as the root cause) for
@@ -58,14 +58,15 @@ class RankExits:
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
         self._partial = b""
-        #: pid → local rank
+        #: pid → global rank, and → local rank (they differ on every node but node 0 of a launch across nodes)
         self.rank_of: Dict[int, int] = {}
-        #: (pid, local rank, exit code: negative for a signal), in the order seen
+        self.local_of: Dict[int, int] = {}
+        #: (pid, global rank, exit code: negative for a signal), in the order seen
         self.seen: List[Tuple[int, int, int]] = []
 
-    def announce(self, local_rank: int) -> None:
-        """In a rank, first thing: tell the launcher which pid is which rank."""
-        os.write(self.write_fd, f"{os.getpid()} {local_rank}\n".encode())
+    def announce(self, rank: int, local_rank: int) -> None:
+        """In a rank, first thing: tell the launcher which pid is which (global and local) rank."""
+        os.write(self.write_fd, f"{os.getpid()} {rank} {local_rank}\n".encode())
 
     def _read_announcements(self) -> None:
         while True:
@@ -77,8 +78,9 @@ class RankExits:
                 return
             *lines, self._partial = (self._partial + chunk).split(b"\n")
             for line in lines:
-                pid, rank = line.split()
+                pid, rank, local = line.split()
                 self.rank_of[int(pid)] = int(rank)
+                self.local_of[int(pid)] = int(local)
 
     def on_child_exit(self, signum: int = 0, frame: object = None) -> None:
         """``SIGCHLD``: record the status of each rank that exited since (not reaping it)."""
@@ -101,8 +103,8 @@ class RankExits:
         failed = [(pid, rank, code) for pid, rank, code in self.seen if code != 0]
         if not failed:
             return ""
-        blocks = [f"[{i}]:\n  rank      : {rank} (local_rank: {rank})\n  exitcode  : {code} (pid: {pid})"
-                  for i, (pid, rank, code) in enumerate(failed)]
+        blocks = [f"[{i}]:\n  rank      : {rank} (local_rank: {self.local_of.get(pid, rank)})\n"
+                  f"  exitcode  : {code} (pid: {pid})" for i, (pid, rank, code) in enumerate(failed)]
         return ("=" * 60 + "\nmeshtest.rank.torch_launcher: rank exits, first seen first\n"
                 + "Root Cause (first observed failure):\n" + "\n".join(blocks) + "\n" + "=" * 60)
 
@@ -124,7 +126,7 @@ def rank_main(port_fd: int, port_write_fd: int, *entry_args: str) -> None:
     os.close(port_write_fd)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the launcher's handler is not the rank's
     if EXITS is not None:
-        EXITS.announce(int(os.environ.get("LOCAL_RANK", "0")))
+        EXITS.announce(int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")))
     record = os.read(port_fd, _PORT_RECORD)
     if len(record) != _PORT_RECORD:  # the launcher closed the pipe without a port: it failed
         raise SystemExit(1)

@@ -26,7 +26,7 @@ from jinja2 import Environment
 from ..contract import CaseOutcome
 from ..status import Status
 from .curves import HEIGHT, WIDTH, charts, read_curves, read_losses, training_charts
-from .reporter import closing_line, counts, same_on_every_rank, spec_table
+from .reporter import closing_line, counts, ranks_text, same_on_every_rank, spec_table
 
 _TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>meshtest report</title>
@@ -93,6 +93,7 @@ ranks {% for rank, _ in chart.lines %}<span style="color:{{ colors[rank % 4] }}"
 <td>{{ row.world_size }}</td><td>{{ row.launch }}</td><td>{{ "%.3f"|format(row.slowest_s) }}</td>
 {% for cell in row.cells %}<td class="rank {{ cell.status }}">{{ cell.status }}
 {%- if cell.step %} @ {{ cell.step }}{% endif %}
+{%- if cell.node %}<br><span class="node">node {{ cell.node }}</span>{% endif %}
 {% if cell.log %}<br><a href="{{ cell.log }}">log</a> <a href="{{ cell.jsonl }}">jsonl</a>{% endif %}</td>
 {%- endfor %}</tr>
 {% endfor %}</table>
@@ -126,6 +127,8 @@ class _Cell(NamedTuple):
     step: str = ""
     log: str = ""
     jsonl: str = ""
+    #: the node the rank ran on (a launch placed across a cluster), else ""
+    node: str = ""
 
 
 def _relative(text: str, roots: Sequence[str]) -> str:
@@ -145,8 +148,8 @@ def _error_blocks(o: CaseOutcome, roots: Sequence[str]) -> List[dict]:
         error = _relative("\n".join(f.error.strip().splitlines()[:12]), roots)
         key = (f.status.value, f.step, same_on_every_rank(error, f.rank_label))
         block = blocks.setdefault(key, {"status": key[0], "step": f.step, "error": error, "ranks": []})
-        block["ranks"].append(f.rank_label)
-    return [{**b, "ranks": ",".join(b["ranks"])} for b in blocks.values()]
+        block["ranks"].append(f)
+    return [{**b, "ranks": ranks_text(b["ranks"])} for b in blocks.values()]
 
 
 def _row(o: CaseOutcome, max_ranks: int, artifacts_dir: str = "", roots: Sequence[str] = ()) -> dict:
@@ -163,6 +166,7 @@ def _row(o: CaseOutcome, max_ranks: int, artifacts_dir: str = "", roots: Sequenc
             step=f.step if f else "",
             log=f"{base}.log" if base else "",
             jsonl=f"{base}.jsonl" if base else "",
+            node=o.nodes[rank] if rank < len(o.nodes) else "",
         ))
     doc = o.to_json()
     long_run = charts(read_curves(artifacts_dir, o.case)) if artifacts_dir else []

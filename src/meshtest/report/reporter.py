@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Iterable, List, Sequence, TextIO
 
-from ..contract import CaseOutcome
+from ..contract import CaseOutcome, RankFailure
 from ..model.rules import NEAR_DEADLINE_NOTE, NO_GOLDEN_NOTE
 from ..status import FAILING, Status
 
@@ -50,18 +50,27 @@ def format_outcome(o: CaseOutcome, verbosity: int = 0) -> str:
         return head + "".join(f"\n          note: {ln}" for ln in o.detail.splitlines()
                               if not ln.startswith(NO_GOLDEN_NOTE))
     lines = [head if verbosity > 0 else head + f"  {o.file}"]
-    seen: Dict[tuple, List[str]] = {}
+    seen: Dict[tuple, List[RankFailure]] = {}
     for f in o.failures:
         key = (f.status, f.step, same_on_every_rank(_first_line(f.error), f.rank_label))
-        seen.setdefault(key, []).append(f.rank_label)
+        seen.setdefault(key, []).append(f)
     for (status, step, err), ranks in seen.items():
-        lines.append(f"        rank(s) {','.join(ranks)}: {status} at step {step}: {err}")
+        lines.append(f"        rank(s) {ranks_text(ranks)}: {status} at step {step}: {err}")
     if o.diagnosis:
         lines.append(f"        diagnosis: {o.diagnosis}")
     detail = next((f.error for f in o.failures if "\n" in f.error.strip()), "")
     if detail:
         lines.extend("          | " + ln for ln in detail.strip().splitlines()[-8:])
     return "\n".join(lines)
+
+
+def ranks_text(failures: Sequence[RankFailure]) -> str:
+    """``4,5`` — or, for ranks of a launch placed across a cluster, with their nodes:
+    ``4,5 on node 1:4d22d395``, ``0,1 on node 0:6b9a4b82; 4 on node 1:4d22d395``."""
+    by_node: Dict[str, List[str]] = {}
+    for f in failures:
+        by_node.setdefault(f.node, []).append(f.rank_label)
+    return "; ".join(",".join(ranks) + (f" on node {node}" if node else "") for node, ranks in by_node.items())
 
 
 def slowest_lines(outcomes: Sequence[CaseOutcome], n: int) -> List[str]:
