@@ -54,7 +54,7 @@ def run_case(python: str, executor: str, work: str) -> tuple:
 
 
 def cluster(nodes: int, slots: int):
-    from ray.cluster_utils import Cluster
+    from ray.cluster_utils import Cluster  # pants: no-infer-dep (run with an interpreter of the `ray` resolve)
 
     c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=2, resources={"meshtest_slot": slots},
                                                            include_dashboard=False))

@@ -87,11 +87,10 @@ def test_scan_module_runs_on_stdlib_only():
 
 def test_the_default_resolve_does_not_install_ray():
     """Ray is in the `ray` resolve only: the main job's lockfile (python-default) neither asks for
-    it nor pulls it in, and the Ray executor module is owned by no default-resolve target."""
-    repo = os.path.dirname(SRC_ROOT)
-    with open(os.path.join(repo, "3rdparty", "python", "default.lock"), encoding="utf-8") as f:
-        lock = f.read()
-    assert '"project_name": "ray"' not in lock and '"ray' not in lock.split("generated_with_requirements")[1][:400]
-    with open(os.path.join(SRC_ROOT, "meshtest", "BUILD"), encoding="utf-8") as f:
-        build = f.read()
-    assert '"!parent/ray_executor.py"' in build
+    it nor pulls it in; the `ray` resolve's does."""
+    locks = os.path.join(os.path.dirname(SRC_ROOT), "3rdparty", "python")
+    with open(os.path.join(locks, "default.lock"), encoding="utf-8") as f:
+        default = f.read()
+    with open(os.path.join(locks, "ray.lock"), encoding="utf-8") as f:
+        with_ray = f.read()
+    assert '"project_name": "ray"' not in default and '"project_name": "ray"' in with_ray

@@ -43,3 +43,21 @@ def test_a_lost_node_makes_the_case_it_ended_an_error_and_the_rest_run_again():
     d = relaunch.decide(["f::a", "f::b", "f::c"], facts)
     assert d.complete == ("f::a",) and d.interrupted == ("f::b",) and d.interrupted_status is Status.ERROR
     assert d.next_cases == ("f::c",) and d.suspect is None
+
+
+def test_one_nodes_command_of_a_launch_across_nodes():
+    """Node 1 of 2 x 4 ranks, node 0's rendezvous at 10.0.0.1:29500: the forked launcher, torchrun
+    (static rendezvous) and msrun each get the node's rank count, its index and node 0's address."""
+    from meshtest.parent.launch import launch_command
+
+    common = dict(master_port=29500, nnodes=2, node_rank=1, master_addr="10.0.0.1", python="py")
+    fork, _ = launch_command("torchrun", 4, ["--plan", "p.json"], start="fork", **common)
+    assert fork == ["py", "-m", "meshtest.rank.torch_launcher", "--nproc=4", "--nnodes=2", "--node-rank=1",
+                    "--master-addr=10.0.0.1", "--master-port=29500", "--", "--plan", "p.json"]
+    spawn, _ = launch_command("torchrun", 4, ["--plan", "p.json"], start="spawn", **common)
+    assert spawn[:9] == ["py", "-m", "torch.distributed.run", "--nnodes=2", "--node-rank=1", "--master-addr=10.0.0.1",
+                         "--master-port=29500", "--nproc-per-node=4", "-m"]
+    msrun, _ = launch_command("msrun", 4, ["--plan", "p.json"], log_dir="logs", **common)
+    assert {"--worker_num=8", "--local_worker_num=4", "--master_addr=10.0.0.1", "--node_rank=1"} <= set(msrun)
+    with pytest.raises(ValueError, match="needs the rendezvous port of node 0"):
+        launch_command("torchrun", 4, ["--plan", "p.json"], nnodes=2, node_rank=1)
