@@ -29,3 +29,36 @@ def die_with_parent() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent or parent == 1:
         os._exit(1)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL the launcher ``pid``, its process group and every descendant, including those that
+    left the group (msrun starts each worker in a session of its own), then wait (at most 5 s)
+    until they are gone (a killed process nobody reaps stays a zombie, which is gone)."""
+    import time
+
+    import psutil
+
+    try:
+        descendants = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # already gone
+    for p in descendants:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass  # already gone
+
+    def alive(p: "psutil.Process") -> bool:
+        try:
+            return p.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    deadline = time.monotonic() + 5.0
+    while any(alive(p) for p in descendants) and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -36,7 +36,7 @@ from ..contract import (
     event_from_json,
 )
 from ..platforms.backend import backend_info
-from ..proctree import die_with_parent
+from ..proctree import die_with_parent, kill_tree
 from .executor import connect as connect_executor
 from .planner import Group
 from .slots import SlotLease
@@ -321,28 +321,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _kill_tree(pid: int) -> None:
-    """SIGKILL the launcher ``pid``, its process group and every descendant, including those that
-    left the group (msrun starts each worker in a session of its own)."""
-    try:
-        descendants = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        descendants = []
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # already gone
-    for p in descendants:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass  # already gone
-    # wait (briefly) until they are gone; a killed process nobody reaps stays a zombie, which is gone
-    deadline = time.monotonic() + 5.0
-    while any(_alive(p.pid) for p in descendants) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
 def harvest_msrun_logs(out_dir: str, log_dir: str, world_size: int) -> None:
     """Fold msrun's own log files into the launch's: ``worker_<k>.log`` (the worker's output
     before the rank redirected it to ``rank<k>.log``: interpreter start-up, import errors) goes
@@ -524,7 +502,7 @@ class LocalLaunch:
 
     def end(self) -> int:
         """Kill the launch's process tree; the launcher's exit code."""
-        _kill_tree(self.proc.pid)
+        kill_tree(self.proc.pid)
         return self.proc.wait()
 
 

@@ -48,7 +48,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from ..contract import NODE_ENV
 from ..model import rules
-from ..proctree import die_with_parent
+from ..proctree import die_with_parent, kill_tree
 
 #: The custom Ray resource a node offers one unit of per device slot.
 SLOT_RESOURCE = "meshtest_slot"
@@ -160,24 +160,8 @@ class NodeLauncher:
         """SIGKILL the launcher's process group and every descendant; its exit code."""
         if self.proc is None:
             return None
-        _kill_tree(self.proc.pid)
+        kill_tree(self.proc.pid)
         return self.proc.wait()
-
-
-def _kill_tree(pid: int) -> None:
-    try:
-        descendants = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        descendants = []
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # already gone
-    for p in descendants:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass  # already gone
 
 
 #: ``command(nnodes, node_rank, master_addr, master_port)`` → (argv, the environment it adds)
