@@ -211,6 +211,12 @@ class ShardBackend(ABC):
     def grad_of(self, tensor: Any) -> Any:
         """The accumulated gradient of a leaf tensor (distributed if the leaf is), or ``None``."""
 
+    def differentiable(self, tensor: Any) -> bool:
+        """Whether a gradient can flow back through ``tensor`` (torch: ``requires_grad``). An op's
+        non-differentiable output (batch norm's saved mean, an LU factorisation's pivots) is left
+        out of an op case's backward loss. Default: ``True``."""
+        return True
+
     @abstractmethod
     def any_rank(self, flag: bool) -> bool:
         """Collective: whether ``flag`` is true on any rank (every rank gets the same answer)."""

@@ -813,6 +813,9 @@ class TorchGlooBackend(ShardBackend):
     def backward(self, outputs: Sequence[Any], grad_outputs: Sequence[Any]) -> None:
         torch.autograd.backward(list(outputs), grad_tensors=list(grad_outputs))
 
+    def differentiable(self, tensor: Any) -> bool:
+        return bool(getattr(tensor, "requires_grad", False))
+
     def grad_of(self, tensor: Any) -> Any:
         return tensor.grad
 

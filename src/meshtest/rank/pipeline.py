@@ -424,20 +424,24 @@ def _compare(backend: ShardBackend, expected: Any, actual: Any, spec, label: str
 def _backward(case: OpShardCase, backend: ShardBackend, expected, gathered) -> None:
     """Back-propagate ``L = sum_i sum(out_i * G_i)`` on both paths.
 
-    Only float outputs enter the loss (integer outputs such as indices have no gradient).
-    :raises ValueError: no float output to differentiate.
+    Only float outputs a gradient flows through on the reference enter the loss (integer outputs
+    such as indices have none, nor does an op's non-differentiable output such as batch norm's
+    saved statistics: :meth:`ShardBackend.differentiable`); a distributed output that is not
+    differentiable where the reference's is stays in, and its backward fails.
+    :raises ValueError: no such output to differentiate.
     """
     ref_outs, dist_outs, grads = [], [], []
     for i, g in gathered:
         dtype = backend.dtype_name(expected[i])
-        if numpy_dtype(dtype).kind != "f":
+        if numpy_dtype(dtype).kind != "f" or not backend.differentiable(expected[i]):
             continue
         seed_arr = np.random.default_rng(case.grad_seed(i)).standard_normal(backend.to_numpy(expected[i]).shape)
         ref_outs.append(expected[i])
         dist_outs.append(g)
         grads.append(backend.make_tensor(seed_arr.astype(numpy_dtype(dtype)), dtype))
     if not ref_outs:
-        raise ValueError("requires_grad inputs but no compared float output to back-propagate from")
+        raise ValueError("requires_grad inputs but no compared float output a gradient flows through to "
+                         "back-propagate from")
     backend.backward(ref_outs, grads)
     backend.backward(dist_outs, [backend.clone(g) for g in grads])
 
