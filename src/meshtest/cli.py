@@ -211,6 +211,9 @@ def _strength_parsers(sub) -> None:
     m.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants at once (default: CPU cores)")
     m.add_argument("--case-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="deadline of one case under a mutant (default 60)")
+    m.add_argument("--first-kill", action="store_true",
+                   help="stop each mutant's cases at the first that kills it: the same score, one killing case named "
+                        "per mutant, far less time at level 1 (mutation-testing tools' default)")
     g = sub.add_parser("generate", help="write the manifests of generated op cases (docs/strength.md, "
                                         "'Generated cases')")
     g.add_argument("source", choices=["opinfo"], help="opinfo: torch's OpInfo database")
@@ -487,7 +490,7 @@ def _cmd_strength(args: argparse.Namespace) -> int:
     try:
         if args.command == "mutate":
             return strength.cmd_mutate(files, args.tags, out, args.platform, args.op, args.fault, args.jobs,
-                                       args.case_timeout, args.case, args.slot_dir)
+                                       args.case_timeout, args.case, args.slot_dir, args.first_kill)
         return strength.cmd_coverage(files, args.tags, out, args.from_dirs, args.platform,
                                      strength.baseline_path(args.baseline), args.write_baseline, args.all, args.case,
                                      args.slot_dir)

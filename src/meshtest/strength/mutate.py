@@ -82,8 +82,10 @@ def mutants_of(ops: Mapping[str, OpCoverage], faults: Sequence[str], sites) -> L
 
 
 def _child(m: MutantResult, calls: Sequence[Dict[str, Any]], cases: Sequence[ScannedCase],
-           loaded: Tuple[Dict[str, Any], Dict[str, str]], platform: str, out_dir: str, case_timeout_s: float) -> None:
-    """Body of a mutant's process (never returns): prove, then run ``cases`` under the mutant."""
+           loaded: Tuple[Dict[str, Any], Dict[str, str]], platform: str, out_dir: str, case_timeout_s: float,
+           first_kill: bool = False) -> None:
+    """Body of a mutant's process (never returns): prove, then run ``cases`` under the mutant
+    (with ``first_kill``, only until a case fails: the plan's fail-fast stop)."""
     from ..platforms.backend import load_backend
     from ..proctree import die_with_parent
     from ..rank import entry
@@ -103,7 +105,7 @@ def _child(m: MutantResult, calls: Sequence[Dict[str, Any]], cases: Sequence[Sca
             plan = LaunchPlan(group_id=f"mutant-{m.fault}", platform=platform, device_kind="cpu", mesh_shape=(1,),
                               mesh_dim_names=("d0",), out_dir=out_dir, case_timeout_s=case_timeout_s,
                               cases=tuple(cases), cases_dir=os.path.join(out_dir, "cases"), lane="local",
-                              mutant=m.mutant)
+                              mutant=m.mutant, fail_fast=first_kill)
             out = entry.RankStream(os.path.join(out_dir, "rank0.jsonl"))
             entry.run_local_plan(plan, out, loaded[0], loaded[1], entry.CaseQueue(len(cases)))
             out.close()
@@ -205,12 +207,14 @@ class _Watch:
 
 def run_mutants(todo: Sequence[MutantResult], calls_of: Mapping[str, List[Dict[str, Any]]],
                 cases_of: Mapping[str, List[ScannedCase]], loaded: Tuple[Dict[str, Any], Dict[str, str]],
-                platform: str, out_dir: str, jobs: int, case_timeout_s: float, emit=print) -> None:
+                platform: str, out_dir: str, jobs: int, case_timeout_s: float, emit=print,
+                first_kill: bool = False) -> None:
     """Run each mutant of ``todo`` in its own forked process, ``jobs`` at once, filling each
     :class:`MutantResult` in place (see module doc) and appending it to ``out_dir/mutants.jsonl``
     as it ends; a process past its deadline (:class:`_Watch`) is killed and its open case
     counted as a ``timeout`` kill. Any process still running when this returns or raises is
-    killed."""
+    killed. ``first_kill``: a mutant's cases stop at the first that kills it (the score is the
+    same; the kill matrix then names one killing case, not every one)."""
     pending = list(todo)
     running: Dict[int, _Watch] = {}
     done = 0
@@ -226,7 +230,8 @@ def run_mutants(todo: Sequence[MutantResult], calls_of: Mapping[str, List[Dict[s
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
-                    _child(m, calls_of.get(m.op, []), cases_of.get(m.op, []), loaded, platform, mdir, case_timeout_s)
+                    _child(m, calls_of.get(m.op, []), cases_of.get(m.op, []), loaded, platform, mdir, case_timeout_s,
+                           first_kill)
                 running[pid] = _Watch(m, mdir, len(cases_of.get(m.op, [])))
             pid, status = os.waitpid(-1, os.WNOHANG)
             now = time.monotonic()

@@ -125,7 +125,7 @@ def complete_gates(cases: Sequence[Any], local: Sequence[Any]) -> set:
 
 def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, platform: str, op_patterns: Sequence[str],
                faults: Sequence[str], jobs: int, case_timeout_s: float, patterns: Sequence[str] = (),
-               slot_dir: str = "") -> int:
+               slot_dir: str = "", first_kill: bool = False) -> int:
     """``mutate``: see :mod:`meshtest.strength.mutate`. Exit 0 (the matrix is the result), 2 when
     nothing could be mutated or a fault is unknown. ``jobs`` is capped at the slot pool's size
     (``$MESHTEST_SLOTS``, default 8): the mutants' processes hold that many slots.
@@ -169,7 +169,7 @@ def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, pl
     jobs = max(1, min(jobs, size))
     with SlotPool(slot_dir or default_slot_dir(), size).acquire(jobs, "meshtest mutate"):
         mutate.run_mutants(todo, calls_of, cases_of, loaded, platform, os.path.join(artifacts_dir, "mutants"), jobs,
-                           case_timeout_s)
+                           case_timeout_s, first_kill=first_kill)
     gates: Dict[str, Tuple[str, ...]] = {k: c.tags for k, c in by_key.items()}
     whole = complete_gates(scanned, local)
     ops_of_gate: Dict[str, set] = {}
@@ -190,7 +190,8 @@ def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, pl
     print("\n".join(mutate.format_matrix(todo, gate_scores, wall)))
     print("\n".join(mutate.format_grid(todo, chosen)))
     print("\n".join(mutate.format_by_origin(by_fault, known)))
-    how = f"python -m meshtest mutate --tag {' --tag '.join(tags) or '(none)'}"
+    how = (f"python -m meshtest mutate --tag {' --tag '.join(tags) or '(none)'}"
+           + (" --first-kill" if first_kill else ""))
     mutate.write_json(os.path.join(artifacts_dir, "mutation.json"), todo, gate_scores, wall, how)
     print(f"meshtest: kill matrix in {artifacts_dir}/mutation.json")
     return 0
