@@ -123,6 +123,19 @@ def test_mutate_kills_mutants_with_the_cases_that_catch_them(tmp_path):
     assert "mutation score cpu_level0: 2/2 = 100.0 %" in r.stdout
 
 
+@nightly  # a mutation run (a long suite: its own command, docs/strength.md)
+def test_first_kill_gives_the_same_score_and_names_one_killing_case(tmp_path):
+    out = tmp_path / "m"
+    r = _meshtest("mutate", "cases/torch/case_matmul.py", "--tag", "cpu_level0", "--op", "aten.mm.default",
+                  "--fault", "partial_as_replicate", "--fault", "wrong_shard_dim", "--first-kill", "--artifacts-dir",
+                  str(out), "--slot-dir", str(tmp_path / "slots"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((out / "mutation.json").read_text())
+    par = {m["mutant"]: m for m in doc["mutants"]}["aten.mm.default:partial_as_replicate"]
+    assert par["state"] == "killed" and len(par["killers"]) == 1 and len(par["cases"]) < 6  # stopped at the kill
+    assert doc["scores"]["cpu_level0"] == {"killed": 2, "proven": 2} and "--first-kill" in doc["made_by"]
+
+
 @nightly  # mutation-mode drills (~35 s)
 @pytest.mark.parametrize("case,how", [("mutant_hangs", "timeout"), ("mutant_exits", "crash")])
 def test_a_hang_or_crash_under_a_mutant_is_a_kill_and_leaves_no_process(tmp_path, case, how):
