@@ -26,6 +26,8 @@ BASELINE = os.path.join("cases", "torch", "strength", "cpu_level0_ops.json")
 
 #: How mutation scores name the two origins of a case: generated from a manifest, or written by hand.
 ORIGINS = {False: "generated", True: "hand-written"}
+#: The one origin of a ``--first-kill`` run's scores (which case kills first depends on the order)
+ANY_ORIGIN = "any case (--first-kill: origins apart need a full run)"
 
 
 def default_files(platform: str = "torch") -> List[str]:
@@ -178,8 +180,14 @@ def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, pl
             for g in gates.get(k, ()):
                 if g in whole:
                     ops_of_gate.setdefault(g, set()).add(op)
-    gate_scores = mutate.scores(todo, gates, ops_of_gate)
     origins = {k: (ORIGINS[generated_manifest(c.file) is None],) for k, c in by_key.items()}
+    if first_kill:
+        # the first killing case depends on the run's order: a score per narrower gate or per origin would
+        # count only where that case comes from, so only the gates the run selected, and one origin, are scored
+        named = {t for t in tags if t in ops_of_gate} or set(ops_of_gate)
+        ops_of_gate = {g: o for g, o in ops_of_gate.items() if g in named}
+        origins = {k: (ANY_ORIGIN,) for k in origins}
+    gate_scores = mutate.scores(todo, gates, ops_of_gate)
     ops_of_origin: Dict[str, set] = {}
     for op, cov in ops.items():
         for k in cov.cases:
