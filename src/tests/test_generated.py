@@ -102,3 +102,32 @@ def test_a_subset_or_the_nightly_set_is_never_written_over_the_committed_manifes
     for only, nightly in ((["add"], False), ([], True)):
         with pytest.raises(ValueError, match="give --out DIR"):
             cmd_generate("cases/torch/opinfo", only, nightly, check=False, default_dir=True)
+
+
+def test_a_simulation_limit_rule_keeps_level1_cases_off_the_one_process_lane_and_refuses_level0(tmp_path):
+    level1 = ("cpu_level1",)
+    entries = [_entry("index_reduce.s0.m2", tags=level1), _entry("index_reduce.s1.m2", tags=level1)]
+    table = [{"names": ["index_reduce.s0.*"], "simulation_limit": "LocalTensorMode computes it wrong"}]
+    assert apply(table, entries) == 0
+    assert entries[0]["simulation_limit"] == "LocalTensorMode computes it wrong"
+    assert "simulation_limit" not in entries[1]
+    path = _write(tmp_path, _doc(*entries))
+    scanned = {c.name: c for c in scan_case_file(path).cases}
+    assert scanned["index_reduce.s0.m2"].simulation_limit == "LocalTensorMode computes it wrong"
+    assert not scanned["index_reduce.s0.m2"].runs_locally and scanned["index_reduce.s1.m2"].runs_locally
+    with pytest.raises(ValueError, match="rule 0: simulation_limit names add.a, a level-0 case"):
+        apply([{"names": ["add.*"], "simulation_limit": "x"}], [_entry("add.a")])
+
+
+@pytest.mark.parametrize("rule, says", [
+    ({"names": ["a"]}, "one of known_failure, simulation_limit"),
+    ({"names": ["a"], "known_failure": KF, "simulation_limit": "x"}, "one of known_failure, simulation_limit"),
+    ({"names": ["a"], "simulation_limit": " "}, "simulation_limit must be a non-empty text"),
+])
+def test_a_triage_rule_gives_exactly_one_verdict(tmp_path, rule, says):
+    from meshtest.strength.triage import load_known
+
+    path = tmp_path / "known_failures.json"
+    path.write_text(json.dumps([rule]))
+    with pytest.raises(ValueError, match=f"rule 0.*{says}"):
+        load_known(str(path))

@@ -38,6 +38,9 @@ GENERATORS = {"torch-opinfo": "meshtest.platforms.torch_opinfo"}
 #: Fields every manifest entry has. ``name``, ``mesh_shape``, ``tags`` and ``known_failure`` are
 #: the scanned ones; the others are the generator's own description of the case.
 ENTRY_FIELDS = ("name", "mesh_shape", "tags", "known_failure")
+#: Scanned fields an entry may have: ``simulation_limit``, why the one-process lane cannot run
+#: the case (written only where the triage table gives one; ``OpShardCase(simulation_limit=)``).
+OPTIONAL_ENTRY_FIELDS = ("simulation_limit",)
 #: Top-level keys of a manifest.
 HEADER_FIELDS = ("format", "generator", "family", "written_by", "platform_version", "cases")
 #: Where ``python -m meshtest generate opinfo`` writes the OpInfo manifests.

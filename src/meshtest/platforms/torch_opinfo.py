@@ -847,7 +847,8 @@ def materialize(entry: Dict[str, Any], manifest: Dict[str, Any]) -> OpShardCase:
         placements=[tuple(parse_placement(p) for p in per) for per in entry["placements"]],
         mesh_shape=tuple(entry["mesh_shape"]), tags=tuple(entry["tags"]),
         compare=compare_of(entry["out_dtypes"], entry["nonfinite"], entry["random"], entry["dtypes"]),
-        compare_outputs=tuple(entry["outputs"]), known_failure=None if known is None else KnownFailure.from_json(known))
+        compare_outputs=tuple(entry["outputs"]), known_failure=None if known is None else KnownFailure.from_json(known),
+        simulation_limit=entry.get("simulation_limit"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -865,6 +866,7 @@ def entry_name(e: Dict[str, Any]) -> str:
 
 def _renamed(e: Dict[str, Any], **changes: Any) -> Dict[str, Any]:
     out = {**e, **changes, "known_failure": None}
+    out.pop("simulation_limit", None)
     out["kind"] = kind_of(out["placements"], out["shapes"], out["mesh_shape"])
     out["name"] = entry_name(out)
     return out

@@ -19,6 +19,12 @@ mark like a hand-written case's. Every mark is then judged strictly (:mod:`mesht
 a case that fails another way is ``fail``, one that passes ``xpass``; a pattern that gives no
 entry its mark (it names no case, or only cases an earlier rule already marked) is an error of
 :func:`apply` (a rule outliving its cases).
+
+A rule may give a ``simulation_limit`` (a text) instead of a ``known_failure``: the cases it names
+behave differently under torch's rank simulator (``LocalTensorMode``) than on real ranks, where
+they pass or fail as their ``known_failure`` says. The one-process lane then leaves them out,
+saying why; the real-rank gates run them. Only level-1 entries may have one: level 0 is the
+one-process lane's own sample.
 """
 from __future__ import annotations
 
@@ -32,13 +38,16 @@ from ..errors import CaseDeclarationError
 from ..model.known import KnownFailure
 
 _RULE_KEYS = ("names", "known_failure")
+#: What a rule gives the entries it names: one of these, with ``names``.
+_RULE_VERDICTS = ("known_failure", "simulation_limit")
 
 
 def load_known(path: str) -> List[Dict[str, Any]]:
     """The triage table at ``path`` (``[]`` when there is none).
 
-    :raises ValueError: not a list of rules with ``names`` (a non-empty list of patterns) and a
-        valid ``known_failure``, naming the rule's index.
+    :raises ValueError: not a list of rules with ``names`` (a non-empty list of patterns) and
+        either a valid ``known_failure`` or a non-empty ``simulation_limit`` text, naming the rule's
+        index.
     """
     if not os.path.exists(path):
         return []
@@ -48,9 +57,15 @@ def load_known(path: str) -> List[Dict[str, Any]]:
         raise ValueError(f"{path}: must be a JSON list of rules")
     for i, rule in enumerate(table):
         keys = set(rule) if isinstance(rule, dict) else set()
-        if keys != set(_RULE_KEYS) or not isinstance(rule["names"], list) or not rule["names"]:
-            raise ValueError(f"{path}: rule {i} must have exactly names (a non-empty list) and known_failure; "
-                             f"got {rule!r}")
+        if (len(keys) != 2 or "names" not in keys or not keys & set(_RULE_VERDICTS)
+                or not isinstance(rule["names"], list) or not rule["names"]):
+            raise ValueError(f"{path}: rule {i} must have exactly names (a non-empty list) and one of "
+                             f"known_failure, simulation_limit; got {rule!r}")
+        if "simulation_limit" in rule:
+            if not isinstance(rule["simulation_limit"], str) or not rule["simulation_limit"].strip():
+                raise ValueError(f"{path}: rule {i}: simulation_limit must be a non-empty text (why torch's rank "
+                                 f"simulator cannot run the cases); got {rule['simulation_limit']!r}")
+            continue
         try:
             KnownFailure.from_json(rule["known_failure"]).validated(path, f"rule {i}")
         except (TypeError, CaseDeclarationError) as e:
@@ -59,17 +74,31 @@ def load_known(path: str) -> List[Dict[str, Any]]:
 
 
 def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]]) -> int:
-    """Give each entry the ``known_failure`` of the first rule naming it; returns how many got one.
+    """Give each entry the ``known_failure`` of the first ``known_failure`` rule naming it, and the
+    ``simulation_limit`` of the first ``simulation_limit`` rule naming it (the key is written only
+    then); returns how many got a ``known_failure``.
 
-    :raises ValueError: a pattern of a rule names no entry (say which, to be removed).
+    :raises ValueError: a pattern of a rule names no entry (say which, to be removed); a
+        ``simulation_limit`` rule names a level-0 entry (tagged ``cpu_local``: the one-process
+        lane's own sample).
     """
     entries = list(entries)
     used = set()
     for e in entries:
-        for i, rule in enumerate(table):
-            hit = next((p for p in rule["names"] if fnmatch.fnmatchcase(e["name"], p)), None)
-            if hit is not None:
-                e["known_failure"] = dict(rule["known_failure"])
+        for verdict in _RULE_VERDICTS:
+            for i, rule in enumerate(table):
+                if verdict not in rule:
+                    continue
+                hit = next((p for p in rule["names"] if fnmatch.fnmatchcase(e["name"], p)), None)
+                if hit is None:
+                    continue
+                if verdict == "known_failure":
+                    e["known_failure"] = dict(rule["known_failure"])
+                elif "cpu_local" in e["tags"]:
+                    raise ValueError(f"known_failures.json rule {i}: simulation_limit names {e['name']}, a level-0 "
+                                     "case (tagged cpu_local): the one-process lane must run it")
+                else:
+                    e["simulation_limit"] = rule["simulation_limit"]
                 used.add((i, hit))
                 break
     unused = [f"rule {i}: {p}" for i, rule in enumerate(table) for p in rule["names"] if (i, p) not in used]
