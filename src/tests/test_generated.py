@@ -120,9 +120,10 @@ def test_a_simulation_limit_rule_keeps_level1_cases_off_the_one_process_lane_and
 
 
 @pytest.mark.parametrize("rule, says", [
-    ({"names": ["a"]}, "one of known_failure, simulation_limit"),
+    ({"names": ["a"]}, "one of known_failure, simulation_limit, in_float64"),
     ({"names": ["a"], "known_failure": KF, "simulation_limit": "x"}, "one of known_failure, simulation_limit"),
     ({"names": ["a"], "simulation_limit": " "}, "simulation_limit must be a non-empty text"),
+    ({"names": ["a"], "in_float64": ""}, "in_float64 must be a non-empty text"),
 ])
 def test_a_triage_rule_gives_exactly_one_verdict(tmp_path, rule, says):
     from meshtest.strength.triage import load_known
@@ -131,3 +132,18 @@ def test_a_triage_rule_gives_exactly_one_verdict(tmp_path, rule, says):
     path.write_text(json.dumps([rule]))
     with pytest.raises(ValueError, match=f"rule 0.*{says}"):
         load_known(str(path))
+
+
+def test_an_in_float64_rule_renames_the_float32_case_it_names_and_refuses_other_dtypes():
+    def entry(name, dtypes):
+        return {**_entry(name, tags=("cpu_level1",)), "dtypes": list(dtypes)}
+
+    entries = [entry("bmm.float32.s0.m2.R_Psum", ["float32", "float32"]), entry("bmm.float32.s1.m2.R_R", ["float32"])]
+    table = [{"names": ["bmm.float32.s0.*"], "in_float64": "re-associated sums"}]
+    assert apply(table, entries) == 0
+    assert entries[0]["name"] == "bmm.float32.s0.m2.R_Psum.in_float64"
+    assert entries[0]["in_float64"] == "re-associated sums" and "in_float64" not in entries[1]
+    assert entries[1]["name"] == "bmm.float32.s1.m2.R_R"
+    for dtypes in (["bfloat16", "bfloat16"], ["int64"]):
+        with pytest.raises(ValueError, match="rule 0: in_float64 names bmm.x, which is not a float32 case"):
+            apply([{"names": ["bmm.x"], "in_float64": "r"}], [entry("bmm.x", dtypes)])

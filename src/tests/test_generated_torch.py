@@ -117,3 +117,29 @@ def test_partial_parts_are_distinct_per_rank_and_assemble_to_the_sample(op):
     value = torch_opinfo._numpy(torch_opinfo.tensors_of(torch_opinfo.sample_of(entry))[0])
     np.testing.assert_allclose(whole, value, rtol=1e-6, atol=1e-6)
     assert not np.array_equal(locals_[(0, 0)], locals_[(0, 1)])  # the two ranks of a Partial hold different parts
+
+
+def test_a_case_moved_to_float64_passes_and_a_wrong_rule_still_fails_it(tmp_path):
+    """The canary of ``in_float64`` (a triage rule moving a float32 case that differs by rounding
+    only to float64): the case runs in float64 and passes, and under a mutant that drops the
+    reduction of bmm's Partial output it fails as a float32 case would."""
+    import subprocess
+    import sys
+
+    name = "bmm.float32.s0.m2.R_Psum.in_float64"
+    entry = next(e for e in _entries("manifest_matrix_level1_0.json") if e["name"] == name)
+    assert entry["in_float64"] and entry["dtypes"] == ["float32", "float32"]
+    case = torch_opinfo.materialize(entry, {})
+    assert [i.dtype for i in case.inputs] == ["float64", "float64"] and case.compare.rtol == 1e-7
+
+    def run(*extra):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        return subprocess.run([sys.executable, "-m", "meshtest", "run", "--lane", "local", "--artifacts-dir",
+                               str(tmp_path / f"a{len(extra)}"), "--slot-dir", str(tmp_path / "slots"),
+                               f"{COMMITTED}/case_opinfo_matrix_level1_0.py::{name}", *extra],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+    ok = run()
+    assert ok.returncode == 0 and f"PASS    {name}" in ok.stdout, ok.stdout[-3000:] + ok.stderr[-2000:]
+    bad = run("--mutant", "aten.bmm.default:partial_as_replicate")
+    assert bad.returncode == 1 and f"FAIL    {name}" in bad.stdout, bad.stdout[-3000:] + bad.stderr[-2000:]

@@ -827,6 +827,15 @@ def compare_of(out_dtypes: Sequence[str], nonfinite: bool = False, random_: bool
     return CompareSpec.allclose(rtol=rtol, atol=atol, allow_nonfinite=nonfinite)
 
 
+def _compute_dtypes(entry: Dict[str, Any]) -> Tuple[List[str], List[str]]:
+    """(input dtypes, output dtypes) the case computes in: the entry's, float32 widened to float64
+    when a triage rule moved the case to float64 (``in_float64``, :mod:`meshtest.strength.triage`)."""
+    if not entry.get("in_float64"):
+        return list(entry["dtypes"]), list(entry["out_dtypes"])
+    widen = lambda ds: ["float64" if d == "float32" else d for d in ds]  # noqa: E731
+    return widen(entry["dtypes"]), widen(entry["out_dtypes"])
+
+
 def materialize(entry: Dict[str, Any], manifest: Dict[str, Any]) -> OpShardCase:
     """The :class:`OpShardCase` of a manifest entry (see the module docstring). Cheap: the
     sample is drawn when the case builds its inputs.
@@ -835,7 +844,8 @@ def materialize(entry: Dict[str, Any], manifest: Dict[str, Any]) -> OpShardCase:
     opinfos()  # op_db imported while the case file loads, not inside the first case (isolation)
     grads = set(entry["grad_inputs"])
     inputs: List[Any] = []
-    for i, (shape, dtype) in enumerate(zip(entry["shapes"], entry["dtypes"])):
+    dtypes, out_dtypes = _compute_dtypes(entry)
+    for i, (shape, dtype) in enumerate(zip(entry["shapes"], dtypes)):
         req = i in grads
         if any(p.startswith("P(") for p in entry["placements"][i]):
             inputs.append(LocalInput(shape=tuple(shape), local=_Parts(entry, i), dtype=dtype, requires_grad=req))
@@ -846,7 +856,7 @@ def materialize(entry: Dict[str, Any], manifest: Dict[str, Any]) -> OpShardCase:
         name=entry["name"], fn=OpCall(entry), inputs=inputs,
         placements=[tuple(parse_placement(p) for p in per) for per in entry["placements"]],
         mesh_shape=tuple(entry["mesh_shape"]), tags=tuple(entry["tags"]),
-        compare=compare_of(entry["out_dtypes"], entry["nonfinite"], entry["random"], entry["dtypes"]),
+        compare=compare_of(out_dtypes, entry["nonfinite"], entry["random"], dtypes),
         compare_outputs=tuple(entry["outputs"]), known_failure=None if known is None else KnownFailure.from_json(known),
         simulation_limit=entry.get("simulation_limit"))
 
@@ -857,11 +867,13 @@ def materialize(entry: Dict[str, Any], manifest: Dict[str, Any]) -> OpShardCase:
 
 def entry_name(e: Dict[str, Any]) -> str:
     """The case name an entry's fields give: ``<op>.<dtype>.s<sample>.m<mesh>.<placements>``, then
-    ``.inplace``/``.out`` for a variant and ``.bwd`` with backward (``add.float32.s0.m2x2.S0Psum_RR``)."""
+    ``.inplace``/``.out`` for a variant, ``.bwd`` with backward (``add.float32.s0.m2x2.S0Psum_RR``)
+    and ``.in_float64`` for a case a triage rule moved to float64."""
     mesh = "x".join(map(str, e["mesh_shape"]))
     variant = e.get("variant", "")
     return (f"{e['op']}.{e['dtype']}.s{e['sample']}.m{mesh}.{placement_label(e['placements'])}"
-            + (f".{variant}" if variant else "") + (".bwd" if e["grad_inputs"] else ""))
+            + (f".{variant}" if variant else "") + (".bwd" if e["grad_inputs"] else "")
+            + (".in_float64" if e.get("in_float64") else ""))
 
 
 def _renamed(e: Dict[str, Any], **changes: Any) -> Dict[str, Any]:

@@ -25,6 +25,13 @@ behave differently under torch's rank simulator (``LocalTensorMode``) than on re
 they pass or fail as their ``known_failure`` says. The one-process lane then leaves them out,
 saying why; the real-rank gates run them. Only level-1 entries may have one: level 0 is the
 one-process lane's own sample.
+
+A rule may instead give ``in_float64`` (a text): the float32 cases it names differ from the
+single-device result by rounding only — sums re-associated by the sharding, a few ulps a function
+amplifies — which the float32 comparison cannot tell from a wrong rule. Such a case runs in
+float64 instead: the same sample (its float32 values, widened exactly), the same placements and
+rule, compared with float64's tolerances; a wrong rule fails it as before, rounding no longer
+does. Its name takes the suffix ``.in_float64`` and the entry keeps the reason.
 """
 from __future__ import annotations
 
@@ -39,7 +46,9 @@ from ..model.known import KnownFailure
 
 _RULE_KEYS = ("names", "known_failure")
 #: What a rule gives the entries it names: one of these, with ``names``.
-_RULE_VERDICTS = ("known_failure", "simulation_limit")
+_RULE_VERDICTS = ("known_failure", "simulation_limit", "in_float64")
+#: The suffix of a case that a rule moves to float64 (``in_float64``).
+FLOAT64_SUFFIX = ".in_float64"
 
 
 def load_known(path: str) -> List[Dict[str, Any]]:
@@ -60,11 +69,11 @@ def load_known(path: str) -> List[Dict[str, Any]]:
         if (len(keys) != 2 or "names" not in keys or not keys & set(_RULE_VERDICTS)
                 or not isinstance(rule["names"], list) or not rule["names"]):
             raise ValueError(f"{path}: rule {i} must have exactly names (a non-empty list) and one of "
-                             f"known_failure, simulation_limit; got {rule!r}")
-        if "simulation_limit" in rule:
-            if not isinstance(rule["simulation_limit"], str) or not rule["simulation_limit"].strip():
-                raise ValueError(f"{path}: rule {i}: simulation_limit must be a non-empty text (why torch's rank "
-                                 f"simulator cannot run the cases); got {rule['simulation_limit']!r}")
+                             f"known_failure, simulation_limit, in_float64; got {rule!r}")
+        text = next((k for k in ("simulation_limit", "in_float64") if k in rule), None)
+        if text is not None:
+            if not isinstance(rule[text], str) or not rule[text].strip():
+                raise ValueError(f"{path}: rule {i}: {text} must be a non-empty text (the reason); got {rule[text]!r}")
             continue
         try:
             KnownFailure.from_json(rule["known_failure"]).validated(path, f"rule {i}")
@@ -78,9 +87,13 @@ def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]]) ->
     ``simulation_limit`` of the first ``simulation_limit`` rule naming it (the key is written only
     then); returns how many got a ``known_failure``.
 
+    An ``in_float64`` rule gives the entry its reason under ``in_float64`` and the name suffix
+    :data:`FLOAT64_SUFFIX`, after every rule has been matched against the float32 name.
+
     :raises ValueError: a pattern of a rule names no entry (say which, to be removed); a
         ``simulation_limit`` rule names a level-0 entry (tagged ``cpu_local``: the one-process
-        lane's own sample).
+        lane's own sample); an ``in_float64`` rule names an entry whose inputs are not all
+        float32 or integer, or one with a ``known_failure``.
     """
     entries = list(entries)
     used = set()
@@ -94,6 +107,12 @@ def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]]) ->
                     continue
                 if verdict == "known_failure":
                     e["known_failure"] = dict(rule["known_failure"])
+                elif verdict == "in_float64":
+                    floats = [d for d in e.get("dtypes", []) if not d.startswith(("int", "uint", "bool"))]
+                    if not floats or set(floats) != {"float32"} or e.get("known_failure"):
+                        raise ValueError(f"known_failures.json rule {i}: in_float64 names {e['name']}, which is not a "
+                                         "float32 case without a known failure")
+                    e["in_float64"] = rule["in_float64"]
                 elif "cpu_local" in e["tags"]:
                     raise ValueError(f"known_failures.json rule {i}: simulation_limit names {e['name']}, a level-0 "
                                      "case (tagged cpu_local): the one-process lane must run it")
@@ -101,6 +120,8 @@ def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]]) ->
                     e["simulation_limit"] = rule["simulation_limit"]
                 used.add((i, hit))
                 break
+        if e.get("in_float64"):
+            e["name"] += FLOAT64_SUFFIX
     unused = [f"rule {i}: {p}" for i, rule in enumerate(table) for p in rule["names"] if (i, p) not in used]
     if unused:
         raise ValueError("known_failures.json names cases the generator no longer writes (remove them): "
