@@ -59,3 +59,26 @@ def test_known_failures_are_listed_separately_with_reasons():
     assert "  XFAIL  a: torch bug #123" in lines
     assert "  XPASS  b: torch bug #456  <- passes now: remove known_failure" in lines
     assert lines[-1] == "meshtest: 0 passed, 1 xfailed, 1 failed"
+
+
+def test_ranks_that_waited_for_a_known_failure_make_it_xfail_and_only_then():
+    """One rank reproduces the known failure at step run (oneDNN refuses its local shapes); its
+    peers go on to the output-metadata exchange and time out waiting for it. That is the known
+    failure, named as such; a peer failing at the marked step or before it, or passing, is not."""
+    waited = {0: rec(0, "fail", "output-metadata", error="Timed out waiting 60000ms for recv operation"),
+              1: rec(1, "fail", "output-metadata", error="Timed out waiting 60000ms for send operation"),
+              2: rec(2, "xfail", "run", error="RuntimeError: could not create a primitive descriptor")}
+    o = aggregate("c", "f", "g", 3, waited, "")
+    assert o.status == "xfail"
+    assert "known failure reproduced on rank(s) 2 at step run; rank(s) 0,1 went on and failed waiting" in o.detail
+    assert {f.rank for f in o.failures} == {0, 1, 2}
+    for other in (rec(0, "fail", "run", error="another error"), rec(0, "error", "build", error="boom"),
+                  rec(0, "fail", "output-metadata", error="x")):
+        by_rank = {0: other, 1: rec(1, "xfail", "run")} if other.step != "output-metadata" else \
+            {0: other, 1: rec(1, "xfail", "run"), 2: rec(2, "pass")}
+        assert aggregate("c", "f", "g", len(by_rank), by_rank, "").status != "xfail"
+    assert aggregate("c", "f", "g", 3, {0: waited[0], 2: waited[2]}, "lost").status == "missing"
+    # a training case's own steps are not op steps: no absorption
+    train = {0: rec(0, "fail", "compare"), 1: rec(1, "xfail", "golden")}
+    assert aggregate("c", "f", "g", 2, train, "").status == "fail"
+    assert "known failure reproduced: rank(s) 2 xfail at step run" in format_outcome(o)

@@ -1,7 +1,9 @@
 """Every way the parent turns what it saw into a :class:`meshtest.contract.CaseOutcome`.
 
 - :func:`aggregate` — a case every rank recorded: the worst rank status wins
-  (:data:`meshtest.status.PRECEDENCE`), with ``xpass`` only when every rank passed;
+  (:data:`meshtest.status.PRECEDENCE`), with ``xpass`` only when every rank passed, and ``xfail``
+  when the known failure reproduced on some ranks and each other rank failed at a later step (it
+  went on and waited for the ranks that had stopped: :func:`waited_for_known_failure`);
 - :func:`interrupted` — a case its launch died in (``timeout`` or ``crash``): each rank's record,
   or the step it was in and the tail of its log;
 - :func:`not_run` — cases a fail-fast gate did not start;
@@ -51,11 +53,38 @@ def aggregate(case: str, file: str, group: str, world_size: int, by_rank: Mappin
     status = worst(statuses)
     if status is Status.XPASS and statuses - {Status.XPASS}:
         status = Status.XFAIL
+    detail = _detail(ordered)
+    waited = waited_for_known_failure(by_rank, world_size) if status in (Status.FAIL, Status.ERROR) else ""
+    if waited:
+        status, detail = Status.XFAIL, "\n".join(x for x in (detail, waited) if x)
     nodes = tuple(by_rank[r].node if r in by_rank else "" for r in range(world_size))
     return CaseOutcome(case, file, group, world_size, status, slowest, slowest_rank,
                        tuple(failures) if status is not Status.PASS else (),
                        launch_dir=launch_dir, divergence=next((r.divergence for r in ordered if r.divergence), ""),
-                       detail=_detail(ordered), nodes=nodes if any(nodes) else ())
+                       detail=detail, nodes=nodes if any(nodes) else ())
+
+
+def waited_for_known_failure(by_rank: Mapping[int, RankRecord], world_size: int) -> str:
+    """A note when a case's known failure reproduced on some ranks only and every other rank
+    failed at a later op step (:data:`meshtest.model.rules.OP_STEPS`): in lockstep, a rank that
+    stops at the marked step leaves its peers to wait for it in their next collective (gloo's
+    timeout, the output-metadata exchange), so their failure is the known failure's, not a second
+    one. Else ``""``: a rank that failed at the marked step or before it, that passed, or that
+    recorded nothing keeps the worst status.
+    """
+    records = [by_rank.get(r) for r in range(world_size)]
+    if any(r is None for r in records):
+        return ""
+    stopped = [r for r in records if r.status is Status.XFAIL]
+    others = [r for r in records if r.status is not Status.XFAIL]
+    if not stopped or not others or any(r.status not in (Status.FAIL, Status.ERROR) for r in others):
+        return ""
+    step = stopped[0].step
+    if any(r.step != step for r in stopped) or not all(rules.after_step(r.step, step) for r in others):
+        return ""
+    return (f"known failure reproduced on rank(s) {','.join(str(r.rank) for r in stopped)} at step {step}; "
+            f"rank(s) {','.join(str(r.rank) for r in others)} went on and failed waiting for them at step(s) "
+            f"{', '.join(sorted({r.step for r in others}))}")
 
 
 def _detail(ordered: Sequence[RankRecord]) -> str:

@@ -42,7 +42,7 @@ def format_outcome(o: CaseOutcome, verbosity: int = 0) -> str:
         return head + "  " + _first_line(o.failures[0].error if o.failures else Status.UNSUPPORTED.value)
     if not o.failures or o.status is Status.XFAIL:
         if o.status is Status.XFAIL and o.failures:  # the declared failure, as its leading rank(s) had it
-            lead = o.failures[0]
+            lead = next((f for f in o.failures if f.status is Status.XFAIL), o.failures[0])
             ranks = [f.rank_label for f in o.failures if (f.status, f.step) == (lead.status, lead.step)]
             head += f"  known failure reproduced: rank(s) {','.join(ranks)} {lead.status} at step {lead.step}"
         if o.divergence and o.status is Status.PASS:
