@@ -78,7 +78,8 @@ def test_ranks_that_waited_for_a_known_failure_make_it_xfail_and_only_then():
             {0: other, 1: rec(1, "xfail", "run"), 2: rec(2, "pass")}
         assert aggregate("c", "f", "g", len(by_rank), by_rank, "").status != "xfail"
     assert aggregate("c", "f", "g", 3, {0: waited[0], 2: waited[2]}, "lost").status == "missing"
-    # a training case's own steps are not op steps: no absorption
+    # a training case's own steps are not op steps, and a scenario's names its own: no absorption
     train = {0: rec(0, "fail", "compare"), 1: rec(1, "xfail", "golden")}
     assert aggregate("c", "f", "g", 2, train, "").status == "fail"
+    assert aggregate("c", "f", "g", 3, waited, "", kind="scenario").status == "fail"
     assert "known failure reproduced: rank(s) 2 xfail at step run" in format_outcome(o)

@@ -421,6 +421,10 @@ GOLDEN_LAYERS = (2, 3)
 #: comparison made (``golden curve: 3 step(s) from step 0 equal to <case>.json``) or none
 #: recorded yet (:data:`NO_GOLDEN_NOTE`, which the closing summary lists once, not per case).
 GOLDEN_NOTE = "golden curve:"
+NO_GOLDEN_NOTE = "golden curve: none recorded yet"
+#: How the note of a case that came near its deadline starts (``meshtest.rank.slow``): the closing
+#: summary lists those cases once.
+NEAR_DEADLINE_NOTE = "near its deadline:"
 
 #: An op case's steps in the order a rank runs them (:mod:`meshtest.rank.pipeline`).
 OP_STEPS = ("build", "derive", "reference", "distribute", "redistribute", "checkpoint", "run",
@@ -431,7 +435,3 @@ def after_step(step: str, than: str) -> bool:
     """Whether op step ``step`` comes after ``than`` (:data:`OP_STEPS`); ``False`` for a step
     that is not an op step (a scenario's or a training case's own)."""
     return step in OP_STEPS and than in OP_STEPS and OP_STEPS.index(step) > OP_STEPS.index(than)
-NO_GOLDEN_NOTE = "golden curve: none recorded yet"
-#: How the note of a case that came near its deadline starts (``meshtest.rank.slow``): the closing
-#: summary lists those cases once.
-NEAR_DEADLINE_NOTE = "near its deadline:"

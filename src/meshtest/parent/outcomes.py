@@ -30,10 +30,12 @@ from .planner import Group
 
 
 def aggregate(case: str, file: str, group: str, world_size: int, by_rank: Mapping[int, RankRecord],
-              missing_reason: str = "", launch_dir: str = "") -> CaseOutcome:
+              missing_reason: str = "", launch_dir: str = "", kind: str = "op") -> CaseOutcome:
     """Aggregate one case's rank records (``by_rank``: rank → record).
 
     :param missing_reason: error text for ranks that recorded nothing (names the launch fault).
+    :param kind: the case's kind (``op``, ``scenario``, ``train``): only an op case's steps have a
+        known order (:func:`waited_for_known_failure`).
     """
     failures: List[RankFailure] = []
     statuses = set()
@@ -54,7 +56,8 @@ def aggregate(case: str, file: str, group: str, world_size: int, by_rank: Mappin
     if status is Status.XPASS and statuses - {Status.XPASS}:
         status = Status.XFAIL
     detail = _detail(ordered)
-    waited = waited_for_known_failure(by_rank, world_size) if status in (Status.FAIL, Status.ERROR) else ""
+    waited = (waited_for_known_failure(by_rank, world_size)
+              if kind == "op" and status in (Status.FAIL, Status.ERROR) else "")
     if waited:
         status, detail = Status.XFAIL, "\n".join(x for x in (detail, waited) if x)
     nodes = tuple(by_rank[r].node if r in by_rank else "" for r in range(world_size))
@@ -65,7 +68,7 @@ def aggregate(case: str, file: str, group: str, world_size: int, by_rank: Mappin
 
 
 def waited_for_known_failure(by_rank: Mapping[int, RankRecord], world_size: int) -> str:
-    """A note when a case's known failure reproduced on some ranks only and every other rank
+    """A note when an op case's known failure reproduced on some ranks only and every other rank
     failed at a later op step (:data:`meshtest.model.rules.OP_STEPS`): in lockstep, a rank that
     stops at the marked step leaves its peers to wait for it in their next collective (gloo's
     timeout, the output-metadata exchange), so their failure is the known failure's, not a second
