@@ -83,3 +83,18 @@ def test_ranks_that_waited_for_a_known_failure_make_it_xfail_and_only_then():
     assert aggregate("c", "f", "g", 2, train, "").status == "fail"
     assert aggregate("c", "f", "g", 3, waited, "", kind="scenario").status == "fail"
     assert "known failure reproduced: rank(s) 2 xfail at step run" in format_outcome(o)
+
+
+def test_the_op_steps_the_verdict_orders_are_the_ones_the_pipeline_enters_in_that_order():
+    """``rules.OP_STEPS`` (whose order decides which ranks waited for a known failure) must be
+    the rank pipeline's steps in the order it enters them: a step renamed or added there fails here."""
+    import re
+    from pathlib import Path
+
+    import meshtest.rank.pipeline as pipeline
+    from meshtest.model.rules import OP_STEPS
+
+    body = Path(pipeline.__file__).read_text(encoding="utf-8")
+    op = body[body.index("def _op_pipeline("):body.index("def _checkpoint_inputs(")]
+    entered = list(dict.fromkeys(re.findall(r'steps\.enter\("([a-z-]+)"\)', op)))
+    assert entered == list(OP_STEPS)  # in first-entered order (placement and backward come again later)

@@ -830,10 +830,8 @@ def compare_of(out_dtypes: Sequence[str], nonfinite: bool = False, random_: bool
 def _compute_dtypes(entry: Dict[str, Any]) -> Tuple[List[str], List[str]]:
     """(input dtypes, output dtypes) the case computes in: the entry's, float32 widened to float64
     when a triage rule moved the case to float64 (``in_float64``, :mod:`meshtest.strength.triage`)."""
-    if not entry.get("in_float64"):
-        return list(entry["dtypes"]), list(entry["out_dtypes"])
-    widen = lambda ds: ["float64" if d == "float32" else d for d in ds]  # noqa: E731
-    return widen(entry["dtypes"]), widen(entry["out_dtypes"])
+    wide = {"float32": "float64"} if entry.get("in_float64") else {}
+    return [wide.get(d, d) for d in entry["dtypes"]], [wide.get(d, d) for d in entry["out_dtypes"]]
 
 
 def materialize(entry: Dict[str, Any], manifest: Dict[str, Any]) -> OpShardCase:
