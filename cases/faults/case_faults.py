@@ -4,7 +4,7 @@ not a Pants case target (see BUILD): src/tests/test_faults_torch.py runs this fi
 per fault, the reported status, the named ranks and steps, that the cases after it still ran,
 and that no rank process or device slot leaked. By hand::
 
-    python -m meshtest run cases/faults/case_faults.py --tag cpu_faults --case-timeout 20 --artifacts-dir /tmp/faults
+    python -m meshtest run cases/faults/case_faults.py --tag cpu_faults --case-timeout 10 --artifacts-dir /tmp/faults
 
 Every fault case is followed by an ``*_after_*`` case that must pass in the fresh launch.
 """
@@ -56,13 +56,15 @@ def skip_collective_on_rank0(ctx):
 
 
 def slow_rank0(ctx):
-    """Not a fault: rank 0 takes 12 s, inside this case's 30 s deadline but past half the run's
-    --case-timeout 20 the test uses. Rank 1 waits at the fence and the case passes."""
+    """Not a fault: rank 0 takes 6 s, inside this case's 16 s deadline but past half the run's
+    --case-timeout 10 the test uses. Rank 1 waits at the fence and the case passes. (Its 16 s
+    also makes the launch's process-group timeout 8 s, half the longest deadline: longer than
+    the faults' deadlines, so a peer waiting in a collective outlasts the faulty rank's.)"""
     import time
 
     ctx.step("slow")
     if ctx.rank == 0:
-        time.sleep(12)
+        time.sleep(6)
 
 
 def exit_on_rank1(ctx):
@@ -144,17 +146,19 @@ def break_communicator(ctx):
 
 register(OpShardCase(name="fault_before", fn=doubled, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)],
                      mesh_shape=MESH, tags=FAULTS))
+# The signal drills (src/tests/test_faults_torch.py) stop the runner while rank 1 loops here, within
+# its 4 s deadline; the launch's process-group timeout (8 s) outlasts the deadline and its stack dump.
 register(OpShardCase(name="fault_hang_loop", fn=loop_on_rank1, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)],
-                     mesh_shape=MESH, tags=FAULTS, timeout_s=6))
+                     mesh_shape=MESH, tags=FAULTS, timeout_s=4))
 register(OpShardCase(name="fault_after_hang", fn=doubled, inputs=[InputSpec((4, 4))], placements=[(Shard(0),)],
                      mesh_shape=MESH, tags=FAULTS))
 register(ScenarioCase(name="fault_skip_collective", fn=skip_collective_on_rank1, mesh_shape=MESH, tags=FAULTS,
-                      timeout_s=6))
+                      timeout_s=4))
 register(ScenarioCase(name="fault_after_skip", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
 register(ScenarioCase(name="fault_skip_collective_rank0", fn=skip_collective_on_rank0, mesh_shape=MESH, tags=FAULTS,
-                      timeout_s=6))
+                      timeout_s=4))
 register(ScenarioCase(name="fault_after_skip_rank0", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
-register(ScenarioCase(name="slow_rank0_within_deadline", fn=slow_rank0, mesh_shape=MESH, tags=FAULTS, timeout_s=30))
+register(ScenarioCase(name="slow_rank0_within_deadline", fn=slow_rank0, mesh_shape=MESH, tags=FAULTS, timeout_s=16))
 register(ScenarioCase(name="fault_exit", fn=exit_on_rank1, mesh_shape=MESH, tags=FAULTS))
 register(ScenarioCase(name="fault_after_exit", fn=all_reduce_ones, mesh_shape=MESH, tags=FAULTS))
 register(ScenarioCase(name="fault_segv", fn=segfault_on_rank1, mesh_shape=MESH, tags=FAULTS))
