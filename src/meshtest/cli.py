@@ -16,7 +16,7 @@ Examples::
     python -m meshtest coverage cases/torch/training/seed001_domains.txt cases/torch/training/case_*.py
     python -m meshtest coverage-ops --tag cpu_level0 --baseline default   # sharding-rule coverage vs the baseline
     python -m meshtest mutate --tag cpu_level0                          # kill matrix of sharding-rule mutants
-    python -m meshtest generate opinfo [--check]                        # cases from torch's OpInfo database
+    python -m meshtest generate opinfo [--check [--full]]               # cases from torch's OpInfo database
     python -m meshtest triage dist/test [--shrink]                      # their failures, grouped by signature
     python -m meshtest shrink FILE::CASE                                # a failing generated case made minimal
     python -m meshtest repro FILE::CASE                                 # a standalone torchrun script of a case
@@ -223,7 +223,10 @@ def _strength_parsers(sub) -> None:
     g.add_argument("--nightly", action="store_true",
                    help="every sample, dtype, mesh and placement pattern, tagged cpu_nightly (not committed)")
     g.add_argument("--check", action="store_true",
-                   help="write nothing; exit 1 when the files on disk differ from what would be written")
+                   help="write nothing; exit 1 when the files on disk differ from what would be written: "
+                        "regenerates only the families whose recorded digest changed (seconds)")
+    g.add_argument("--full", action="store_true",
+                   help="with --check: regenerate every family and compare (minutes; the nightly job)")
     t = sub.add_parser("triage", help="failures of generated cases grouped by signature (OpInfo, placement kind, "
                                       "step, error kind)")
     t.add_argument("results", nargs="+", metavar="RESULTS", help="results.jsonl files or directories (dist/test)")
@@ -592,7 +595,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .strength.generate import cmd_generate  # pants: no-infer-dep (torch's; one target holds the package)
 
         return _bad_input_exits_2(lambda: cmd_generate(args.out or OPINFO_DIR, args.op, args.nightly, args.check,
-                                                       default_dir=not args.out))
+                                                       default_dir=not args.out, full=args.full))
     if args.command == "triage":
         from .model.generated import OPINFO_DIR
         from .strength.triage import cmd_triage

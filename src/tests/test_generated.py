@@ -23,7 +23,7 @@ def _entry(name, mesh=(2,), tags=("cpu_local", "cpu_level1"), known=None, op="ad
 
 def _doc(*entries):
     return {"format": 1, "generator": "torch-opinfo", "family": "pointwise", "written_by": "test",
-            "platform_version": "2.13.0+cpu", "cases": list(entries)}
+            "platform_version": "2.13.0+cpu", "produced_by": {}, "cases": list(entries)}
 
 
 def _write(tmp_path, doc):

@@ -1,9 +1,10 @@
-"""The generated cases on torch: the committed manifests are exactly what the generator writes
-for the locked torch (CI's regeneration check), a drifted sample fails naming the command that
-regenerates, a sample is named alike on another CPU, and a Partial input's per-rank parts are
-distinct and assemble to the sample."""
+"""The generated cases on torch: the committed manifests are what the generator writes for the
+locked torch (every landing: the incremental check; nightly: the whole regeneration), a drifted
+sample fails naming the command that regenerates, a sample is named alike on another CPU, and a
+Partial input's per-rank parts are distinct and assemble to the sample."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -12,12 +13,13 @@ import numpy as np
 import pytest
 
 import meshtest
-from meshtest.model.generated import OPINFO_DIR
+from meshtest.model.generated import OPINFO_DIR, manifest_text
 from meshtest.model.local_input import assemble
 from meshtest.model.placement import Partial, Shard
 from meshtest.platforms import torch_opinfo
-from meshtest.strength.generate import differences, manifests
+from meshtest.strength.generate import COMMAND, check_incremental, differences, manifests
 from meshtest.strength.triage import load_known
+from tests.helpers import nightly
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__))))
 COMMITTED = os.path.join(REPO, OPINFO_DIR)
@@ -28,9 +30,61 @@ def _entries(manifest="manifest_pointwise.json"):
         return json.load(f)["cases"]
 
 
-def test_the_committed_manifests_are_what_the_generator_writes_and_a_changed_one_is_named(tmp_path):
+def _check(directory):
+    out = io.StringIO()
+    return check_incremental(str(directory), out), out.getvalue()
+
+
+def test_the_committed_manifests_pass_the_landing_check_and_each_kind_of_drift_is_named(tmp_path):
+    """``generate opinfo --check`` (every landing): the committed files pass; in a copy, a
+    family whose samples changed is regenerated and named, and so are an entry edited by hand, a
+    triage table edited without regenerating, and another generator source (named without
+    regenerating anything)."""
+    code, text = _check(COMMITTED)
+    assert code == 0, text
+    assert "changed: none" in text
+
+    def copy(name):
+        target = tmp_path / name
+        shutil.copytree(COMMITTED, target)
+        return target
+
+    def edit(path, change):
+        doc = json.loads(path.read_text())
+        change(doc)
+        path.write_text(manifest_text(doc) if path.name.startswith("manifest_") else json.dumps(doc))
+
+    # samples: the smallest family (one OpInfo) recorded with other samples is regenerated
+    samples = copy("samples")
+    edit(samples / "manifest_embedding.json", lambda d: d["produced_by"].update(samples="0" * 16))
+    code, text = _check(samples)
+    assert code == 1 and "changed: embedding" in text, text
+    assert "manifest_embedding.json: its family's samples changed" in text
+    assert "manifest_embedding_level1_0.json" not in text and "manifest_view.json" not in text, text
+    # an entry edited by hand, its digest left as it was
+    by_hand = copy("by_hand")
+    edit(by_hand / "manifest_view.json", lambda d: d["cases"][0].update(mesh_shape=[3]))
+    code, text = _check(by_hand)
+    assert code == 1 and "manifest_view.json: its entries are not the ones the generator wrote" in text, text
+    # a triage rule dropped without regenerating: its cases keep a mark nothing gives them now
+    table = copy("table")
+    rules = json.loads((table / "known_failures.json").read_text())
+    marked = next(r for r in rules if "known_failure" in r)["names"][0]
+    (table / "known_failures.json").write_text(json.dumps([r for r in rules if marked not in r["names"]]))
+    code, text = _check(table)
+    assert code == 1 and "known_failures.json marks its entries otherwise now" in text, text
+    # another generator source: nothing is regenerated, the command is named
+    source = copy("source")
+    edit(source / "manifest_math.json", lambda d: d["produced_by"].update(generator="f" * 16))
+    code, text = _check(source)
+    assert code == 1 and "manifest_math.json: written by another generator source" in text, text
+    assert "run it and commit the result" in text and COMMAND in text
+
+
+@nightly  # regenerates all 40,808 cases (~6 min on 2 cores); every landing runs the incremental check above
+def test_the_whole_regeneration_equals_the_committed_manifests_and_a_stale_file_is_named(tmp_path):
     files = manifests(known=load_known(os.path.join(COMMITTED, "known_failures.json")))
-    assert differences(COMMITTED, files) == ([], []), "run: python -m meshtest generate opinfo, and commit"
+    assert differences(COMMITTED, files) == ([], []), f"run: {COMMAND}, and commit"
     # the check itself: a copy with one entry changed and one file too many
     copy = tmp_path / "opinfo"
     shutil.copytree(COMMITTED, copy)

@@ -16,7 +16,8 @@ registers is checked against this scan as for hand-written cases, so the two can
 Manifest layout (``format`` 1)::
 
     {"format": 1, "generator": "torch-opinfo", "family": "pointwise", "written_by": "...",
-     "platform_version": "2.13.0+cpu", "cases": [
+     "platform_version": "2.13.0+cpu", "produced_by": {"torch": "2.13.0+cpu", "generator": "...",
+     "samples": "...", "entries": "..."}, "cases": [
       {"name": "...", "mesh_shape": [2], "tags": ["cpu_level1"], "known_failure": null, ...},
       ...]}
 
@@ -42,7 +43,8 @@ ENTRY_FIELDS = ("name", "mesh_shape", "tags", "known_failure")
 #: the case (written only where the triage table gives one; ``OpShardCase(simulation_limit=)``).
 OPTIONAL_ENTRY_FIELDS = ("simulation_limit",)
 #: Top-level keys of a manifest.
-HEADER_FIELDS = ("format", "generator", "family", "written_by", "platform_version", "cases")
+#: ``produced_by``: what wrote the manifest (:func:`meshtest.strength.generate.produced_by`).
+HEADER_FIELDS = ("format", "generator", "family", "written_by", "platform_version", "produced_by", "cases")
 #: Where ``python -m meshtest generate opinfo`` writes the OpInfo manifests.
 OPINFO_DIR = os.path.join("cases", "torch", "opinfo")
 #: The registration call the scan reads.

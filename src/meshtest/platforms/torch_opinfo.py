@@ -28,8 +28,10 @@ hand-written case.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import random
+import threading
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -106,15 +108,19 @@ def samples(key: str, dtype: str) -> Tuple[Any, ...]:
     were drawn in (the sort is stable): that order is the same under any hash seed (checked for
     the 109 OpInfo/dtype pairs of the manifests that have such ties) and on any CPU."""
     op = opinfos()[key]
-    state = random.getstate()
-    # plain tensors, whatever mode the caller runs under (the one-process lane's LocalTensorMode)
-    with _disable_current_modes(), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(SAMPLE_SEED)
-        random.seed(SAMPLE_SEED)
-        try:
-            drawn = list(op.sample_inputs("cpu", _TORCH_DTYPES[dtype], requires_grad=False))
-        finally:
-            random.setstate(state)
+
+    def draw() -> List[Any]:
+        state = random.getstate()
+        # plain tensors, whatever mode the caller runs under (the one-process lane's LocalTensorMode)
+        with _disable_current_modes(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(SAMPLE_SEED)
+            random.seed(SAMPLE_SEED)
+            try:
+                return list(op.sample_inputs("cpu", _TORCH_DTYPES[dtype], requires_grad=False))
+            finally:
+                random.setstate(state)
+
+    drawn = _on_a_short_stack(draw)
     keyed = []
     for s in drawn:
         try:
@@ -122,6 +128,31 @@ def samples(key: str, dtype: str) -> Tuple[Any, ...]:
         except Exception:  # noqa: BLE001 — a sample this module cannot describe (sparse, ...) is never used
             continue
     return tuple(s for _, s in sorted(keyed, key=lambda kv: kv[0]))
+
+
+def _on_a_short_stack(fn: Any) -> Any:
+    """``fn()`` run in a thread of its own, the caller waiting; its result, or its exception raised.
+
+    torch's sample iterators (``TrackedInputIter``) call ``inspect.stack()`` and
+    ``traceback.format_stack()`` for every sample, whose cost grows with the caller's stack, and a
+    frame without a source file (``python -m``'s runpy) makes each lookup scan ``sys.modules``:
+    drawing every OpInfo's samples took 72 s under ``python -m meshtest`` and 40 s from a new
+    thread's stack, which holds the draw alone (measured 2026-12-07, 2 cores). The samples are the
+    same: the caller waits, and the seeds are set inside ``fn``."""
+    box: Dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["out"] = fn()
+        except BaseException as e:  # noqa: BLE001 — re-raised in the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name="meshtest-samples")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["out"]
 
 
 def _leaves(sample: Any) -> Tuple[List[Any], Any]:
@@ -634,6 +665,29 @@ def discover(rules: Dict[str, str], only: Optional[Iterable[str]] = None) -> Dis
     return found
 
 
+@functools.lru_cache(maxsize=None)
+def sample_digest(key: str) -> str:
+    """What the generator reads of an OpInfo's samples, as 16 hex digits of a SHA-256: for each
+    dtype :func:`discover` tries (float32, then the first of :data:`SECOND_DTYPES` the OpInfo
+    supports), the :func:`signature` of every drawn sample in order, or the type of the exception
+    its sample function raises; an OpInfo without CPU float32 support hashes that fact alone.
+    Equal digests mean :func:`discover` reads the same samples (their floats up to the last bits,
+    which :func:`signature` ignores). :raises KeyError: no such OpInfo."""
+    op = opinfos()[key]
+    lines = [key]
+    if not op.supports_dtype(torch.float32, "cpu"):
+        lines.append("no CPU float32 support")
+    else:
+        second = next((d for d in SECOND_DTYPES if op.supports_dtype(d, "cpu")), None)
+        for dt in [torch.float32] + ([second] if second is not None else []):
+            name = DTYPE_NAMES[dt]
+            try:
+                lines += [f"{name} {signature(s)}" for s in samples(key, name)]
+            except Exception as e:  # noqa: BLE001 — recorded as discover records it
+                lines.append(f"{name} raises {type(e).__name__}")
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
 def entry(p: Planned) -> Dict[str, Any]:
     """The manifest entry of a planned case (:mod:`meshtest.model.generated`)."""
     f = p.facts
@@ -647,13 +701,21 @@ def entry(p: Planned) -> Dict[str, Any]:
     }
 
 
-def generate(rules: Dict[str, str], only: Optional[Iterable[str]] = None, nightly: bool = False
-             ) -> Tuple[Dict[str, List[Dict[str, Any]]], Discovery]:
+def generate(rules: Dict[str, str], only: Optional[Iterable[str]] = None, nightly: bool = False,
+             order: Optional[Sequence[str]] = None) -> Tuple[Dict[str, List[Dict[str, Any]]], Discovery]:
     """Manifest entries by family (level 0 and 1; ``nightly``: every case, tagged
-    ``cpu_nightly``), and the discovery they came from."""
+    ``cpu_nightly``), and the discovery they came from.
+
+    :param order: every usable OpInfo key, sorted, when ``only`` regenerates a subset of a whole
+        generation: an OpInfo's level-0 case turns with its position in that list
+        (:func:`level0_case`), so a subset must be placed in the whole (default: ``only``'s own
+        usable keys). :raises KeyError: ``order`` lacks a usable key of ``only``.
+    """
     found = discover(rules, only)
     by_family: Dict[str, List[Dict[str, Any]]] = {}
-    for turn, key in enumerate(sorted(found.ops)):
+    turns = {k: i for i, k in enumerate(sorted(order if order is not None else found.ops))}
+    for key in sorted(found.ops):
+        turn = turns[key]
         for p in tiers(key, turn, found.ops[key], nightly=nightly):
             by_family.setdefault(found.family[key], []).append(entry(p))
     return by_family, found

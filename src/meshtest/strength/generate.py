@@ -7,11 +7,24 @@ Per rule family, ``cases/torch/opinfo/manifest_<family>.json`` holds its level-0
 ``case_opinfo_<stem>.py``, so each is one build target: caching, packing and Pants' sharding work
 as for hand-written files. ``skipped.json`` lists the OpInfos that gave no case, each with its
 reason; ``known_failures.json`` (written by hand, :mod:`meshtest.strength.triage`) marks the
-known failures. ``--check`` regenerates in memory and fails (exit 1) naming each file that
-would change: a project test runs it for the locked torch.
+known failures.
+
+Each manifest's header records what produced it (``produced_by``, :func:`produced_by`): the torch
+version, a digest of the generator's source (:func:`generator_digest`), a digest of the samples
+of the family's OpInfos (:func:`meshtest.platforms.torch_opinfo.sample_digest`) and a digest of
+its entries as generated, before the triage table marked them. ``skipped.json`` records the same
+for the OpInfos that gave no case.
+
+- ``--check`` (every landing, seconds: :func:`check_incremental`) reads those digests, draws
+  every OpInfo's samples and regenerates only the families whose samples changed; it fails
+  (exit 1) naming each file that would change and the command that regenerates. A manifest
+  written by another torch or another generator source fails at once, naming the command.
+- ``--check --full`` (nightly, minutes) regenerates everything in memory and compares.
 """
 from __future__ import annotations
 
+import ast
+import hashlib
 import importlib
 import json
 import os
@@ -36,8 +49,104 @@ def _torch_module() -> Any:
     return importlib.import_module(GENERATORS["torch-opinfo"])
 
 
-def manifests(only: Optional[Sequence[str]] = None, nightly: bool = False, known: Optional[Sequence[Any]] = None
-              ) -> Dict[str, str]:
+#: The modules whose source decides what ``generate opinfo`` writes; with every meshtest module
+#: they import at module level, they are the generator's source (:func:`generator_digest`).
+GENERATOR_ROOTS = ("meshtest.strength.generate", "meshtest.platforms.torch_opinfo",
+                   "meshtest.platforms.torch_rules", "meshtest.strength.triage")
+#: The command that checks every manifest by regenerating it whole (the nightly job).
+FULL_CHECK = COMMAND + " --check --full"
+#: The directory holding the ``meshtest`` package.
+_SRC_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _module_file(src_root: str, module: str) -> Optional[str]:
+    base = os.path.join(src_root, *module.split("."))
+    for path in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _top_level_imports(module: str, path: str) -> List[str]:
+    """The meshtest modules ``module`` (at ``path``) imports when it is imported: the import
+    statements of its body (and of top-level ``try``/``if`` blocks), relative ones resolved."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    out: List[str] = []
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Try, ast.If)):
+            stack += node.body + node.orelse + getattr(node, "finalbody", []) + [
+                n for h in getattr(node, "handlers", []) for n in h.body]
+        elif isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            out.append(base)
+            out += [f"{base}.{a.name}" for a in node.names]  # ``from . import x``: x may be a module
+    return [m for m in out if m == "meshtest" or m.startswith("meshtest.")]
+
+
+def generator_sources(src_root: Optional[str] = None) -> List[str]:
+    """The files of the generator's source: the :data:`GENERATOR_ROOTS` and every meshtest module
+    they import at module level, transitively, with the packages' ``__init__.py`` files (paths
+    relative to ``src_root``, the directory holding the ``meshtest`` package; sorted)."""
+    src_root = src_root or _SRC_ROOT
+    seen: Dict[str, str] = {}
+    todo = list(GENERATOR_ROOTS)
+    while todo:
+        module = todo.pop()
+        parts = module.split(".")
+        for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__
+            name = ".".join(parts[:i])
+            path = _module_file(src_root, name)
+            if path is None or name in seen:
+                continue
+            seen[name] = path
+            todo += _top_level_imports(name, path)
+    return sorted(os.path.relpath(p, src_root) for p in seen.values())
+
+
+def generator_digest(src_root: Optional[str] = None) -> str:
+    """16 hex digits of a SHA-256 over :func:`generator_sources` (each file's path and text)."""
+    src_root = src_root or _SRC_ROOT
+    h = hashlib.sha256()
+    for rel in generator_sources(src_root):
+        with open(os.path.join(src_root, rel), "rb") as f:
+            h.update(rel.encode() + b"\0" + f.read() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _digest(lines: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def samples_digest(keys: Sequence[str], digests: Dict[str, str]) -> str:
+    """One digest of the OpInfos ``keys`` from their sample digests (``digests``: key → hex)."""
+    return _digest([f"{k} {digests[k]}" for k in sorted(keys)])
+
+
+def entries_digest(entries: Sequence[Dict[str, Any]]) -> str:
+    """The digest of manifest entries as the generator wrote them, before the triage table
+    (:func:`meshtest.strength.triage.unapply`): a hand edit of an entry changes it."""
+    from .triage import unapply
+
+    return _digest([json.dumps(unapply(e), sort_keys=True) for e in entries])
+
+
+def produced_by(torch_version: str, generator: str, samples: str, entries: Sequence[Dict[str, Any]]
+                ) -> Dict[str, str]:
+    """A manifest's ``produced_by`` header: what wrote it (see the module docstring)."""
+    return {"torch": torch_version, "generator": generator, "samples": samples, "entries": entries_digest(entries)}
+
+
+def manifests(only: Optional[Sequence[str]] = None, nightly: bool = False, known: Optional[Sequence[Any]] = None,
+              order: Optional[Sequence[str]] = None) -> Dict[str, str]:
     """File name → text of every file ``generate opinfo`` writes: per rule family, the level-0
     manifest and case file (``manifest_<family>.json``, ``case_opinfo_<family>.py``) and the
     level-1-only cases in parts of about :data:`PART_CASES` (``..._level1_<k>``, an OpInfo's
@@ -45,20 +154,24 @@ def manifests(only: Optional[Sequence[str]] = None, nightly: bool = False, known
 
     :param only: OpInfo keys to generate (default: all).
     :param known: triage table (:func:`meshtest.strength.triage.load_known`) applied to the entries.
-    :raises ValueError: a rule of ``known`` names a case no longer generated.
+    :param order: every usable OpInfo key of the whole generation, when ``only`` regenerates some
+        families of it (:func:`meshtest.platforms.torch_opinfo.generate`).
+    :raises ValueError: a rule of ``known`` names a case no longer generated (a whole generation).
     """
     import torch
 
     from ..platforms.torch_rules import registered_rules  # the generator is torch's (GENERATORS)
+    from .triage import apply
 
     mod = _torch_module()
-    by_family, found = mod.generate(registered_rules(), only, nightly=nightly)
-    if known and not only and not nightly:  # the table names level-0/1 cases of every OpInfo
-        from .triage import apply
-
-        apply(known, [e for entries in by_family.values() for e in entries])
+    by_family, found = mod.generate(registered_rules(), only, nightly=nightly, order=order)
+    if known and not nightly:  # the table names level-0/1 cases of every OpInfo
+        apply(known, [e for entries in by_family.values() for e in entries], whole=not only)
+    generator = generator_digest()
+    digests = {k: mod.sample_digest(k) for k in list(found.family) + list(found.skipped)}
     out: Dict[str, str] = {}
     for family, entries in sorted(by_family.items()):
+        sampled = samples_digest([k for k, f in found.family.items() if f == family], digests)
         level0 = [e for e in entries if "cpu_local" in e["tags"]]
         parts: List[Tuple[str, List[Dict[str, Any]]]] = [(family, level0)] if level0 else []
         rest = [e for e in entries if "cpu_local" not in e["tags"]]
@@ -66,11 +179,16 @@ def manifests(only: Optional[Sequence[str]] = None, nightly: bool = False, known
         parts += [(f"{family}_{suffix}_{k}", part) for k, part in enumerate(_parts(rest))]
         for stem, cases in parts:
             doc = {"format": FORMAT, "generator": mod.GENERATOR, "family": family, "written_by": COMMAND,
-                   "platform_version": torch.__version__, "cases": cases}
+                   "platform_version": torch.__version__,
+                   "produced_by": produced_by(torch.__version__, generator, sampled, cases),
+                   "cases": cases}
             out[f"manifest_{stem}.json"] = manifest_text(doc)
             out[f"case_opinfo_{stem}.py"] = _CASE_FILE.format(family=family, stem=stem, command=COMMAND)
     if not nightly:
-        out["skipped.json"] = json.dumps(dict(sorted(found.skipped.items())), indent=1) + "\n"
+        skipped = {"produced_by": {"torch": torch.__version__, "generator": generator,
+                                   "samples": samples_digest(list(found.skipped), digests)},
+                   "skipped": dict(sorted(found.skipped.items()))}
+        out["skipped.json"] = json.dumps(skipped, indent=1) + "\n"
     return out
 
 
@@ -109,8 +227,124 @@ def differences(out_dir: str, files: Dict[str, str], partial: bool = False) -> T
     return changed, stale
 
 
+def _committed(out_dir: str) -> Tuple[Dict[str, Dict[str, Any]], Dict[str, Any]]:
+    """(manifest file name → document, ``skipped.json``'s document) of the committed set."""
+    docs = {}
+    for name in sorted(os.listdir(out_dir)):
+        if name.startswith("manifest_") and name.endswith(".json") and "_nightly" not in name:
+            with open(os.path.join(out_dir, name), encoding="utf-8") as f:
+                docs[name] = json.load(f)
+    with open(os.path.join(out_dir, "skipped.json"), encoding="utf-8") as f:
+        return docs, json.load(f)
+
+
+def check_incremental(out_dir: str, stream: TextIO = sys.stdout) -> int:
+    """``generate opinfo --check``: prove the committed files are what :func:`manifests` writes,
+    regenerating only the families whose samples changed. Returns the exit code (1: a file would
+    change, each named with the command that regenerates).
+
+    In order, each step on every committed file:
+
+    1. ``produced_by`` names this torch and this generator source (:func:`generator_digest`);
+       otherwise nothing is regenerated here: the message names :data:`COMMAND`;
+    2. the entries' digest matches the entries (no hand edit);
+    3. the triage table, applied again to the entries as generated, gives the committed entries
+       (a ``known_failures.json`` edited since the last generation);
+    4. every OpInfo's :func:`~meshtest.platforms.torch_opinfo.sample_digest` is drawn; the
+       families (and ``skipped.json``) whose samples' digest changed are regenerated in memory and
+       compared file by file; an OpInfo no file names, or one that moved between families, makes
+       a whole regeneration necessary.
+    """
+    import torch
+
+    from .triage import apply, load_known, unapply
+
+    docs, skipped_doc = _committed(out_dir)
+    generator, version = generator_digest(), torch.__version__
+    bad: List[Tuple[str, str]] = []
+
+    def fail() -> int:
+        for name, why in bad:
+            print(f"  would change: {os.path.join(out_dir, name)}: {why}", file=stream)
+        print(f"meshtest: the committed manifests differ from what {COMMAND} writes for torch {version}; "
+              f"run it and commit the result", file=stream)
+        return 1
+
+    for name, doc in [*docs.items(), ("skipped.json", skipped_doc)]:
+        got = doc.get("produced_by") if isinstance(doc, dict) else None
+        if not isinstance(got, dict):
+            bad.append((name, "no produced_by header (written before digests were recorded)"))
+        elif got.get("torch") != version:
+            bad.append((name, f"written for torch {got.get('torch')}, this is {version}"))
+        elif got.get("generator") != generator:
+            bad.append((name, f"written by another generator source (digest {got.get('generator')}, now {generator}: "
+                              f"{len(generator_sources())} files, meshtest.strength.generate.generator_sources)"))
+    if bad:
+        return fail()
+    for name, doc in docs.items():
+        if entries_digest(doc["cases"]) != doc["produced_by"]["entries"]:
+            bad.append((name, "its entries are not the ones the generator wrote (edited by hand?)"))
+    entries = [e for doc in docs.values() for e in doc["cases"]]
+    fresh = [unapply(e) for e in entries]
+    try:
+        apply(load_known(os.path.join(out_dir, "known_failures.json")), fresh)
+    except ValueError as e:
+        bad.append(("known_failures.json", str(e)))
+    else:
+        at = 0
+        for name, doc in docs.items():
+            n = len(doc["cases"])
+            if fresh[at:at + n] != doc["cases"]:
+                bad.append((name, "known_failures.json marks its entries otherwise now"))
+            at += n
+    if bad:
+        return fail()
+
+    mod = _torch_module()
+    family_of = {e["op"]: doc["family"] for doc in docs.values() for e in doc["cases"]}
+    skipped = set(skipped_doc["skipped"])
+    digests = {k: mod.sample_digest(k) for k in mod.opinfos()}
+    unknown = sorted(set(digests) - set(family_of) - skipped)
+    if unknown or set(family_of) | skipped != set(digests):
+        gone = sorted(set(family_of) | skipped - set(digests))
+        bad.append(("skipped.json", f"OpInfos new to torch's op_db: {unknown}; gone from it: {gone} "
+                                    "(a whole regeneration)"))
+        return fail()
+    changed = sorted({f for f in family_of.values()
+                      if samples_digest([k for k, g in family_of.items() if g == f], digests)
+                      != next(d["produced_by"]["samples"] for d in docs.values() if d["family"] == f)})
+    redo = [k for k, f in family_of.items() if f in changed]
+    skipped_changed = samples_digest(sorted(skipped), digests) != skipped_doc["produced_by"]["samples"]
+    redo += sorted(skipped) if skipped_changed else []
+    print(f"meshtest: {len(entries)} generated case(s) in {len(docs)} manifest(s), {len(digests)} OpInfos' samples "
+          f"drawn; changed: {', '.join(changed + ['skipped'] * skipped_changed) or 'none'}", file=stream)
+    if redo:
+        try:
+            files = manifests(redo, known=load_known(os.path.join(out_dir, "known_failures.json")),
+                              order=sorted(family_of))
+        except KeyError as e:  # an OpInfo that gave no case gives cases now: every level-0 case turns
+            bad.append(("skipped.json", f"OpInfo {e} gives cases now (a whole regeneration)"))
+            return fail()
+        for name in sorted(files):
+            if name == "skipped.json":
+                continue
+            family = json.loads(files[name])["family"] if name.startswith("manifest_") else None
+            path = os.path.join(out_dir, name)
+            if family is not None and family not in changed:
+                bad.append((name, f"an OpInfo of family {changed} now gives cases of family {family} "
+                                  "(a whole regeneration)"))
+            elif not os.path.exists(path) or open(path, encoding="utf-8").read() != files[name]:
+                bad.append((name, "its family's samples changed"))
+        stale = [n for n, d in docs.items() if d["family"] in changed and n not in files]
+        bad += [(n, "no longer written (its family's samples changed)") for n in stale]
+        now = json.loads(files["skipped.json"])["skipped"]
+        if any(skipped_doc["skipped"].get(k) != now.get(k) for k in set(now) | (skipped & set(redo))):
+            bad.append(("skipped.json", "the OpInfos that give no case changed"))
+    return fail() if bad else 0
+
+
 def cmd_generate(out_dir: str, only: Sequence[str], nightly: bool, check: bool, stream: TextIO = sys.stdout,
-                 default_dir: bool = False) -> int:
+                 default_dir: bool = False, full: bool = False) -> int:
     """Write the files into ``out_dir`` (``check``: compare instead; exit 1 on a difference).
     Returns the exit code.
 
@@ -122,6 +356,8 @@ def cmd_generate(out_dir: str, only: Sequence[str], nightly: bool, check: bool, 
     if (only or nightly) and default_dir and not check:
         raise ValueError("--op and --nightly write a subset or an uncommitted set: give --out DIR (the committed "
                          f"manifests in {out_dir} are written only whole)")
+    if check and not full and not only and not nightly:
+        return check_incremental(out_dir, stream)
 
     files = manifests(only or None, nightly, load_known(os.path.join(out_dir, "known_failures.json")))
     changed, stale = differences(out_dir, files, partial=bool(only) or nightly)

@@ -82,7 +82,7 @@ def load_known(path: str) -> List[Dict[str, Any]]:
     return table
 
 
-def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]]) -> int:
+def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]], whole: bool = True) -> int:
     """Give each entry the ``known_failure`` of the first ``known_failure`` rule naming it, and the
     ``simulation_limit`` of the first ``simulation_limit`` rule naming it (the key is written only
     then); returns how many got a ``known_failure``.
@@ -90,21 +90,22 @@ def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]]) ->
     An ``in_float64`` rule gives the entry its reason under ``in_float64`` and the name suffix
     :data:`FLOAT64_SUFFIX`, after every rule has been matched against the float32 name.
 
+    :param whole: ``entries`` are every generated entry, so a pattern that names none is stale
+        (``False`` for a subset: a regenerated family).
     :raises ValueError: a pattern of a rule names no entry (say which, to be removed); a
         ``simulation_limit`` rule names a level-0 entry (tagged ``cpu_local``: the one-process
         lane's own sample); an ``in_float64`` rule names an entry whose inputs are not all
         float32 or integer, or one with a ``known_failure``.
     """
     entries = list(entries)
+    first = _first_rules(table, [e["name"] for e in entries])
     used = set()
     for e in entries:
         for verdict in _RULE_VERDICTS:
-            for i, rule in enumerate(table):
-                if verdict not in rule:
-                    continue
-                hit = next((p for p in rule["names"] if fnmatch.fnmatchcase(e["name"], p)), None)
-                if hit is None:
-                    continue
+            found = first[verdict].get(e["name"])
+            if found is not None:
+                i, hit = found
+                rule = table[i]
                 if verdict == "known_failure":
                     e["known_failure"] = dict(rule["known_failure"])
                 elif verdict == "in_float64":
@@ -119,14 +120,38 @@ def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]]) ->
                 else:
                     e["simulation_limit"] = rule["simulation_limit"]
                 used.add((i, hit))
-                break
         if e.get("in_float64"):
             e["name"] += FLOAT64_SUFFIX
     unused = [f"rule {i}: {p}" for i, rule in enumerate(table) for p in rule["names"] if (i, p) not in used]
-    if unused:
+    if unused and whole:
         raise ValueError("known_failures.json names cases the generator no longer writes (remove them): "
                          + ", ".join(unused))
     return len([e for e in entries if e.get("known_failure")])
+
+
+def _first_rules(table: Sequence[Dict[str, Any]], names: Sequence[str]) -> Dict[str, Dict[str, Tuple[int, str]]]:
+    """Verdict → entry name → (index of the first rule of that verdict that names the entry, the
+    first of that rule's patterns that matches it): what a scan of the table in order finds for
+    each entry, computed once per pattern (a pattern without ``*?[`` names one entry, by equality)."""
+    first: Dict[str, Dict[str, Tuple[int, str]]] = {v: {} for v in _RULE_VERDICTS}
+    known = set(names)
+    for i, rule in enumerate(table):
+        by_name = first[next(v for v in _RULE_VERDICTS if v in rule)]
+        for p in rule["names"]:
+            for name in fnmatch.filter(names, p) if any(c in p for c in "*?[") else [p] * (p in known):
+                by_name.setdefault(name, (i, p))  # table order, then pattern order: the first wins
+    return first
+
+
+def unapply(entry: Dict[str, Any]) -> Dict[str, Any]:
+    """A copy of a manifest entry as the generator wrote it before :func:`apply`: no
+    ``known_failure``, ``simulation_limit`` or ``in_float64``, the name without
+    :data:`FLOAT64_SUFFIX` (apply's exact inverse on the fields it writes)."""
+    e = {k: v for k, v in entry.items() if k not in ("simulation_limit", "in_float64")}
+    e["known_failure"] = None
+    if entry.get("in_float64") and e["name"].endswith(FLOAT64_SUFFIX):
+        e["name"] = e["name"][:-len(FLOAT64_SUFFIX)]
+    return e
 
 
 def error_kind(status: str, error: str) -> str:
