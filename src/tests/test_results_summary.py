@@ -74,3 +74,26 @@ def test_pants_result_lines_no_line_proves_nothing():
     for flag in ("--all-cached", "--some-fresh"):  # the canary: a run that printed no result line
         proc = _pants_results("18:00:01 [INFO] Completed: Run meshtest cases\n", flag)
         assert proc.returncode == 1 and "no result line" in proc.stdout
+
+
+def test_a_test_over_half_its_timeout_fails_the_budget_naming_it_and_its_share(tmp_path):
+    """CI's budget check (`.ci/run`): each project test that ran took at most half its timeout,
+    read from the run's own result lines and `./pants peek`'s timeout fields."""
+    peek = tmp_path / "peek.json"
+    peek.write_text(json.dumps([{"address": "src/tests/test_a.py:tests", "timeout": 300},
+                                {"address": "src/tests/test_b.py:tests", "timeout": None},
+                                {"address": "src/tests/test_c.py:tests", "timeout": 60}]))
+    log = ("✓ src/tests/test_a.py:tests succeeded in 149.0s.\n"
+           "✓ src/tests/test_b.py:tests succeeded in 12.5s.\n"
+           "✓ src/tests/test_c.py:tests succeeded in 59.0s (cached locally).\n")  # a cache hit did not run
+    args = ("--within-share", "0.5", "--timeouts", str(peek), "--default-timeout", "600")
+    ok = _pants_results(log, *args)
+    assert ok.returncode == 0 and "OVER BUDGET" not in ok.stdout, ok.stdout
+    assert " 149.0      300    50%  src/tests/test_a.py:tests" in ok.stdout, ok.stdout  # slowest share first
+    slow = _pants_results(log + "✕ src/tests/test_b.py:tests failed in 301.0s.\n", *args)
+    assert slow.returncode == 1, slow.stdout
+    assert "OVER BUDGET: src/tests/test_b.py:tests took 301.0 s, 50% of its 600 s timeout" in slow.stdout
+    over = _pants_results("✓ src/tests/test_a.py:tests succeeded in 151.0s.\n", *args)
+    assert over.returncode == 1 and "OVER BUDGET: src/tests/test_a.py:tests took 151.0 s, 50% of its 300 s" \
+        in over.stdout, over.stdout
+    assert _pants_results("nothing ran\n", *args).returncode == 1  # no line proves nothing
