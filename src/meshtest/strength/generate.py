@@ -306,7 +306,7 @@ def check_incremental(out_dir: str, stream: TextIO = sys.stdout) -> int:
     digests = {k: mod.sample_digest(k) for k in mod.opinfos()}
     unknown = sorted(set(digests) - set(family_of) - skipped)
     if unknown or set(family_of) | skipped != set(digests):
-        gone = sorted(set(family_of) | skipped - set(digests))
+        gone = sorted((set(family_of) | skipped) - set(digests))
         bad.append(("skipped.json", f"OpInfos new to torch's op_db: {unknown}; gone from it: {gone} "
                                     "(a whole regeneration)"))
         return fail()
@@ -329,11 +329,10 @@ def check_incremental(out_dir: str, stream: TextIO = sys.stdout) -> int:
             if name == "skipped.json":
                 continue
             family = json.loads(files[name])["family"] if name.startswith("manifest_") else None
-            path = os.path.join(out_dir, name)
             if family is not None and family not in changed:
                 bad.append((name, f"an OpInfo of family {changed} now gives cases of family {family} "
                                   "(a whole regeneration)"))
-            elif not os.path.exists(path) or open(path, encoding="utf-8").read() != files[name]:
+            elif differences(out_dir, {name: files[name]}, partial=True)[0]:
                 bad.append((name, "its family's samples changed"))
         stale = [n for n, d in docs.items() if d["family"] in changed and n not in files]
         bad += [(n, "no longer written (its family's samples changed)") for n in stale]
