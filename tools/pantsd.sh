@@ -16,11 +16,18 @@ use_pantsd() {
   [[ -n "$had" ]] && kill -0 "$had" 2>/dev/null || _started_in+=("$1")
 }
 
+# Waits (up to 20 s) for each daemon to be gone: a script run next would otherwise take a daemon
+# still shutting down for one it did not start, and leave the one its own first call starts.
 stop_started_pantsds() {
-  local dir pid
+  local dir pid i
   for dir in "${_started_in[@]}"; do
     pid="$(_pantsd_pid "$dir")"
-    [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true
+    [[ -n "$pid" ]] || continue
+    kill "$pid" 2>/dev/null || continue
+    for ((i = 0; i < 100; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.2
+    done
   done
 }
 trap stop_started_pantsds EXIT
