@@ -140,7 +140,8 @@ def test_a_wrong_placement_that_gathers_right_fails_at_step_placement():
     assert run_case(case, PlacedBackend(), None).status is Status.PASS
     r = run_case(case, PlacedBackend((Replicate(),)), None)
     assert (r.status, r.step) == (Status.FAIL, "placement")
-    assert r.error == "output[0]: placements (Replicate(),) != expected (Shard(0),)"
+    assert r.error == ("output[0]: placements (Replicate(),) != expected (Shard(0),)\n"
+                       "signature: output[0] placements (Replicate(),) vs (Shard(0),)")
 
 
 # --- 3. expected exceptions -----------------------------------------------------------------

@@ -60,7 +60,12 @@ register(TrainCase(name="train_pp_gpipe_grad_accum", pipeline=Pipeline(stack_sta
                    mesh_shape=(2,), mesh_dim_names=PP, tags=L1, capabilities=("pp",), layer=2,
                    requires=("pipelining",), **TRAIN,
                    known_failure=KnownFailure(
-                       kind="mismatch", step="compare", match=r"step 0 grads blocks\.\d\.mlp\.w1\.bias",
+                       kind="mismatch", step="compare",
+                       match=r"step 0 grads blocks\.\d\.mlp\.w1\.bias",
+                       signature=(
+                           "ranks 0 of 2: step 0 grads blocks.0.mlp.w1.bias values 32/32 @1cfe4ace abs 0.0045 "
+                           "rel 7.1 | ranks 1 of 2: step 0 grads blocks.2.mlp.w1.bias values 32/32 @1cfe4ace "
+                           "abs 0.004 rel 11"),
                        reason="PipelineSchedule(scale_grads=True) divides every parameter's whole .grad by "
                               "n_microbatches at the end of each step(), so with gradient accumulation over two "
                               "step() calls the first one's gradients are divided twice (torchtitan works around it "

@@ -192,7 +192,7 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
         result = isolated(result, changes)
     faulthandler.cancel_dump_traceback_later()
     elapsed = time.perf_counter() - t0
-    status, error = judge(case.known_failure, result.status, result.step, result.error)
+    status, error = judge(case.known_failure, result.status, result.step, result.error, None if simulated else rank)
     near = None if isinstance(case, BrokenCase) else clock.note(elapsed)
     detail = "\n".join(n for n in (result.detail, near) if n)
     for r in simulated or (rank,):

@@ -31,11 +31,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import Unsupported
+from ..model.known import PASSED, rank_groups
 from ..model.local_input import LocalInput, assemble, coords
 from ..model.spec import ExpectRaises, OpShardCase, ScenarioCase, numpy_dtype
 from ..platforms.backend import ShardBackend
 from ..status import Status
-from .compare import CompareError, compare_arrays
+from .compare import CompareError, compare_arrays, text_digest
 from .scenario import ScenarioContext
 
 log = logging.getLogger("meshtest.rank")
@@ -94,7 +95,7 @@ def _from_exception(e: BaseException, step: str, backend: ShardBackend, expect: 
             return StepResult(Status.PASS, step, "", notes + (f"raised as expected: {type(e).__name__}: {e}",))
         if isinstance(e, CompareError) and wanted.or_pass:
             return StepResult(Status.FAIL, step, f"expected {wanted.describe()}; neither: it completed and differs "
-                                                 f"at step {step}: {e}", notes)
+                                                 f"at step {step}: {e.report()}", notes)
         return StepResult(Status.FAIL, step, f"expected {wanted.describe()}; got {type(e).__name__} at step {step}: "
                                              f"{e}\n{traceback.format_exc(limit=-3)}", notes)
     if isinstance(e, SystemExit):
@@ -102,7 +103,7 @@ def _from_exception(e: BaseException, step: str, backend: ShardBackend, expect: 
                                               f"a case must not end its rank process\n{traceback.format_exc(limit=-3)}",
                           notes)
     if isinstance(e, CompareError):
-        return StepResult(Status.FAIL, step, str(e), notes)
+        return StepResult(Status.FAIL, step, e.report(), notes)
     if isinstance(e, AssertionError):
         where = _raised_under(e, backend.library_paths())
         if where is not None:
@@ -242,10 +243,12 @@ def _op_pipeline(case: OpShardCase, backend: ShardBackend, mesh: Any, steps: _St
     steps.enter("gather")
     gathered = [(i, backend.local_to_global(o)) for i, o in selected]
     steps.enter("compare")
+    compared = []
     for i, g in gathered:
         if not backend.is_tensor(expected[i]) or not backend.is_tensor(g):
             raise TypeError(f"output[{i}] is {type(g).__name__}, not a tensor; compare_outputs can leave it out")
-        _compare(backend, expected[i], g, case.compare, f"output[{i}]")
+        compared.append(_compare(backend, expected[i], g, case.compare, f"output[{i}]"))
+    _raise_if_wrong(compared)
     if case.needs_grad:
         steps.enter("backward")
         _backward(case, backend, expected, gathered)
@@ -343,7 +346,8 @@ def _check_placements(backend: ShardBackend, expected: Sequence[Optional[tuple]]
         if got is None:
             raise CompareError(f"{what}[{i}]: placements {tuple(want)} expected, but it is not a distributed tensor")
         if tuple(got) != tuple(want):
-            raise CompareError(f"{what}[{i}]: placements {tuple(got)} != expected {tuple(want)}")
+            raise CompareError(f"{what}[{i}]: placements {tuple(got)} != expected {tuple(want)}",
+                               f"{what}[{i}] placements {tuple(got)} vs {tuple(want)}")
 
 
 def _outputs(obj: Any, backend: ShardBackend, what: str) -> Tuple[Any, ...]:
@@ -385,7 +389,8 @@ def _check_output_metadata(backend: ShardBackend, outputs: Sequence[Tuple[int, A
             told = "; ".join(f"rank(s) {','.join(map(str, ranks))}: shape {list(m[0])} stride {list(m[1])} "
                              f"placements ({', '.join(m[2])})" for m, ranks in groups.items())
             raise CompareError(f"output[{i}]: the ranks' DTensors disagree on its global metadata, so gathering it "
-                               f"would pair collectives of different sizes: {told}")
+                               f"would pair collectives of different sizes: {told}",
+                               f"output[{i}] metadata @{text_digest(told)}")
         layouts = {r: meta[3] for r, meta in sorted(by_rank.items()) if len(meta) > 3}
         off = {r: (local, laid) for r, (local, laid) in layouts.items() if tuple(local) != tuple(laid)}
         if off and len({tuple(local) for local, _ in layouts.values()}) > 1:
@@ -393,32 +398,52 @@ def _check_output_metadata(backend: ShardBackend, outputs: Sequence[Tuple[int, A
                              for r, (local, laid) in off.items())
             raise CompareError(f"output[{i}]: the ranks hold local parts of different shapes, not the ones the "
                                f"platform lays out for the global shape {list(next(iter(groups))[0])}, so gathering "
-                               f"it would pair collectives of different sizes: {told}")
+                               f"it would pair collectives of different sizes: {told}",
+                               f"output[{i}] local-layout @{text_digest(told)}")
 
 
-def _compare(backend: ShardBackend, expected: Any, actual: Any, spec, label: str) -> None:
+def _compare(backend: ShardBackend, expected: Any, actual: Any, spec, label: str
+             ) -> Tuple[List[int], Dict[int, CompareError]]:
     """Compare on every rank this process answers for: one in a rank process; all of them when
-    the backend simulates the ranks, and then a failure names the simulated ranks whose values
-    differ and shows the first one's difference.
-
-    :raises CompareError: the values differ (on some simulated rank).
-    """
+    the backend simulates the ranks (the one-process lane). Returns those ranks and each one's
+    error where its values differ (:func:`_raise_if_wrong` raises them, after every output)."""
     want, got = backend.to_numpy_by_rank(expected), backend.to_numpy_by_rank(actual)
-    if len(got) == 1:
-        (r,) = got
-        compare_arrays(want[r], got[r], backend.dtype_name(expected), backend.dtype_name(actual), spec, label=label)
-        return
-    failed = {}
+    failed: Dict[int, CompareError] = {}
     for r in sorted(got):
         try:
             compare_arrays(want[r], got[r], backend.dtype_name(expected), backend.dtype_name(actual), spec,
                            label=label)
         except CompareError as e:
-            failed[r] = str(e)
-    if failed:
-        first = min(failed)
-        raise CompareError(f"on simulated rank(s) {','.join(map(str, sorted(failed)))} of {len(got)} "
-                           f"(first, {first}): {failed[first]}")
+            failed[r] = e
+    return sorted(got), failed
+
+
+def _raise_if_wrong(compared: Sequence[Tuple[List[int], Dict[int, CompareError]]]) -> None:
+    """Raise one :class:`CompareError` for every output (or gradient) of ``compared``
+    (:func:`_compare`'s results) that differs on some rank; nothing when none does.
+
+    In a rank process the error joins the outputs' messages and signatures. When the process
+    simulates the ranks, the message is the first failing rank's (``on simulated rank(s) 0,1 of
+    4 (first, 0): output[0]: ...``) and the signature each rank's, grouped: the one signature when
+    every rank saw the same, else ``ranks 0 of 4: <sig> | ranks 1,3 of 4: pass | ...``
+    (:mod:`meshtest.model.known`, "Value signatures").
+
+    :raises CompareError: some output differs.
+    """
+    if not compared or not any(failed for _, failed in compared):
+        return
+    ranks = compared[0][0]
+    per_rank = {r: [failed[r] for _, failed in compared if r in failed] for r in ranks}
+    if len(ranks) == 1:
+        raise CompareError.joined(per_rank[ranks[0]])
+    wrong = [r for r in ranks if per_rank[r]]
+    by_sig: Dict[str, List[int]] = {}
+    for r in ranks:
+        sig = "; ".join(e.signature for e in per_rank[r]) if per_rank[r] else PASSED
+        by_sig.setdefault(sig, []).append(r)
+    signature = next(iter(by_sig)) if len(by_sig) == 1 else rank_groups(by_sig, len(ranks))
+    raise CompareError(f"on simulated rank(s) {','.join(map(str, wrong))} of {len(ranks)} (first, {wrong[0]}): "
+                       f"{CompareError.joined(per_rank[wrong[0]])}", signature)
 
 
 def _backward(case: OpShardCase, backend: ShardBackend, expected, gathered) -> None:
@@ -452,10 +477,12 @@ def _compare_gradients(case: OpShardCase, backend: ShardBackend, ref_inputs, dis
     :raises CompareError: a gradient differs; ``ValueError``: a path has no gradient.
     """
     spec = case.grad_compare or case.compare
+    compared = []
     for k, spec_in in enumerate(case.inputs):
         if not spec_in.requires_grad:
             continue
         ref_grad, dist_grad = backend.grad_of(ref_inputs[k]), backend.grad_of(dist_inputs[k])
         if ref_grad is None or dist_grad is None:
             raise ValueError(f"input {k}: no gradient on the {'reference' if ref_grad is None else 'distributed'} path")
-        _compare(backend, ref_grad, backend.local_to_global(dist_grad), spec, f"grad of input {k}")
+        compared.append(_compare(backend, ref_grad, backend.local_to_global(dist_grad), spec, f"grad of input {k}"))
+    _raise_if_wrong(compared)
