@@ -18,6 +18,7 @@ Examples::
     python -m meshtest mutate --tag cpu_level0                          # kill matrix of sharding-rule mutants
     python -m meshtest generate opinfo [--check [--full]]               # cases from torch's OpInfo database
     python -m meshtest triage dist/test [--shrink]                      # their failures, grouped by signature
+    python -m meshtest triage dist/test --write-signatures              # pin the marked cases' wrong values
     python -m meshtest shrink FILE::CASE                                # a failing generated case made minimal
     python -m meshtest repro FILE::CASE                                 # a standalone torchrun script of a case
 """
@@ -232,6 +233,9 @@ def _strength_parsers(sub) -> None:
     t.add_argument("results", nargs="+", metavar="RESULTS", help="results.jsonl files or directories (dist/test)")
     t.add_argument("--manifests", default="", metavar="DIR", help="the manifests (default cases/torch/opinfo)")
     t.add_argument("--shrink", action="store_true", help="shrink one example of each group to a minimal failing case")
+    t.add_argument("--write-signatures", action="store_true",
+                   help="record the value signature of every case a mismatch rule marks at compare, backward or "
+                        "output-metadata in the manifests' signatures.json (then: python -m meshtest generate opinfo)")
     rp = sub.add_parser("repro", help="write a standalone script (torch and numpy only) that reproduces an op case "
                                       "under torchrun: inputs, mesh, placements, the op, the comparison")
     rp.add_argument("spec", metavar="FILE::CASE")
@@ -598,9 +602,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                        default_dir=not args.out, full=args.full))
     if args.command == "triage":
         from .model.generated import OPINFO_DIR
-        from .strength.triage import cmd_triage
+        from .strength.triage import cmd_triage, write_signatures
 
         try:
+            if args.write_signatures:
+                return write_signatures(args.results, args.manifests or OPINFO_DIR, sys.stdout)
             return cmd_triage(args.results, args.manifests or OPINFO_DIR, sys.stdout, shrink=args.shrink)
         except ValueError as e:
             print(f"meshtest: {e}", file=sys.stderr)

@@ -27,6 +27,7 @@ hand-written case.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -34,13 +35,15 @@ import random
 import threading
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from ..errors import Unsupported
 from ..model.known import KnownFailure
 from ..model.local_input import LocalInput
 from ..model.placement import Partial, Placement, Replicate, Shard
@@ -191,8 +194,28 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
 
 #: The ways a case calls its OpInfo: the functional op (``""``), its in-place variant (the
 #: first tensor is written and returned), or the op with ``out=`` a buffer shaped like its result
-#: (``torch.empty_like`` of the functional result, so a DTensor buffer has its placements).
+#: (``torch.empty_like`` of the functional result, so a DTensor buffer has its placements, made by
+#: :func:`filled_empty_like`: an op that leaves ``out`` unwritten gives the same wrong values on
+#: every run, where plain uninitialised memory differed from run to run).
 VARIANTS = ("", "inplace", "out")
+
+
+def filled_empty_like(t: Any) -> Any:
+    """``torch.empty_like(t)`` with its memory filled as torch's
+    ``torch.utils.deterministic.fill_uninitialized_memory`` fills it under
+    ``torch.use_deterministic_algorithms(True)``: NaN for a floating or complex dtype, an integer
+    dtype's largest value (both settings restored after)."""
+    import torch.utils.deterministic as deterministic
+
+    was, was_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    was_fill = deterministic.fill_uninitialized_memory
+    try:
+        torch.use_deterministic_algorithms(True)
+        deterministic.fill_uninitialized_memory = True
+        return torch.empty_like(t)
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=was_warn)
+        deterministic.fill_uninitialized_memory = was_fill
 
 
 def call(op: Any, sample: Any, tensors: Sequence[Any], variant: str = "") -> Any:
@@ -205,8 +228,38 @@ def call(op: Any, sample: Any, tensors: Sequence[Any], variant: str = "") -> Any
         return op.inplace_variant(inp, *args, **kwargs)
     out = op.op(inp, *args, **kwargs)
     if variant == "out":
-        return op.op(inp, *args, **kwargs, out=torch.empty_like(out))
+        return op.op(inp, *args, **kwargs, out=filled_empty_like(out))
     return out
+
+
+def seeds_itself(op: Any) -> bool:
+    """Whether the OpInfo's op reseeds torch's generator inside every call (torch's
+    ``wrapper_set_seed``, which OpInfo wraps its random ops in: ``dropout``, ``rand_like``,
+    ``svd_lowrank`` ...), so that two calls agree whatever the caller seeded."""
+    code = getattr(op.op, "__code__", None)
+    return code is not None and "wrapper_set_seed" in code.co_names
+
+
+def _call_unseeded(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    return fn(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def unseeded(op: Any) -> Iterator[None]:
+    """Within the block the op of a :func:`seeds_itself` OpInfo draws from the caller's seed
+    (its module's ``wrapper_set_seed`` calls the wrapped function as it is), so that two calls
+    from two seeds tell a random op (and a random sample of one: ``scaled_dot_product_attention``
+    with ``dropout_p > 0``) from a deterministic one."""
+    if not seeds_itself(op):
+        yield
+        return
+    scope = op.op.__globals__
+    was = scope["wrapper_set_seed"]
+    scope["wrapper_set_seed"] = _call_unseeded
+    try:
+        yield
+    finally:
+        scope["wrapper_set_seed"] = was
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,7 +377,7 @@ def sample_facts(op: Any, key: str, dtype: str, index: int, sample: Any,
     first, second = ([t.detach().clone() for t in ts] for _ in range(2))
     versions = [t._version for t in first]  # an in-place write bumps a tensor's version counter
     try:
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), unseeded(op):
             torch.manual_seed(SAMPLE_SEED)
             with rec:
                 out = call(op, sample, first)
@@ -814,7 +867,19 @@ class OpCall:
         self.__name__ = self.__qualname__ = entry["op"].replace(".", "_")
 
     def __call__(self, *tensors: Any) -> Any:
-        return call(opinfos()[self.entry["op"]], sample_of(self.entry), tensors, self.entry.get("variant", ""))
+        """:raises meshtest.errors.Unsupported: a random entry on DTensors whose mesh torch's own
+        probe (``torch.distributed.tensor._random.is_rng_supported_mesh``) says has no DTensor
+        RNG (a CPU mesh): after the call, so that a failure of the op itself is still seen."""
+        result = call(opinfos()[self.entry["op"]], sample_of(self.entry), tensors, self.entry.get("variant", ""))
+        if self.entry["random"]:
+            mesh = next((t.device_mesh for t in tensors if isinstance(t, DTensor)), None)
+            if mesh is not None and not _rng_supported(mesh):
+                raise Unsupported(
+                    f"a random op (its values change with the seed on one device); torch's probe "
+                    f"torch.distributed.tensor._random.is_rng_supported_mesh says DTensor random ops are not "
+                    f"supported on a {mesh.device_type} mesh, so its values cannot be compared with a "
+                    "single-device draw")
+        return result
 
     def repro_source(self, name: str) -> str:
         """Source of a function ``name(*tensors)`` that does what this call does, for a standalone
@@ -828,8 +893,17 @@ class OpCall:
         variant = self.entry.get("variant", "")
         if variant == "inplace":
             result = "OP.inplace_variant(inp, *args, **kwargs)"
-        elif variant == "out":
-            result = "OP.op(inp, *args, **kwargs, out=torch.empty_like(OP.op(inp, *args, **kwargs)))"
+        elif variant == "out":  # the buffer's memory filled as the case fills it (filled_empty_like)
+            result = ("OP.op(inp, *args, **kwargs, out=filled_empty_like(OP.op(inp, *args, **kwargs)))\n\n\n"
+                      "def filled_empty_like(t):\n"
+                      "    import torch.utils.deterministic\n"
+                      "    torch.use_deterministic_algorithms(True)\n"
+                      "    torch.utils.deterministic.fill_uninitialized_memory = True\n"
+                      "    try:\n"
+                      "        return torch.empty_like(t)\n"
+                      "    finally:\n"
+                      "        torch.use_deterministic_algorithms(False)\n"
+                      "        torch.utils.deterministic.fill_uninitialized_memory = False")
         else:
             result = "OP.op(inp, *args, **kwargs)"
         return (
@@ -1001,3 +1075,14 @@ def _valid(e: Dict[str, Any]) -> bool:
     """Every ``Shard(d)`` within its tensor's rank."""
     return all(int(p[2:-1]) < len(shape) for per, shape in zip(e["placements"], e["shapes"]) for p in per
                if p.startswith("S("))
+
+
+def _rng_supported(mesh: Any) -> bool:
+    """torch's own answer (``is_rng_supported_mesh``), without the warning it logs on every call."""
+    import warnings
+
+    from torch.distributed.tensor._random import is_rng_supported_mesh
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return bool(is_rng_supported_mesh(mesh))

@@ -146,7 +146,7 @@ def produced_by(torch_version: str, generator: str, samples: str, entries: Seque
 
 
 def manifests(only: Optional[Sequence[str]] = None, nightly: bool = False, known: Optional[Sequence[Any]] = None,
-              order: Optional[Sequence[str]] = None) -> Dict[str, str]:
+              order: Optional[Sequence[str]] = None, signatures: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """File name → text of every file ``generate opinfo`` writes: per rule family, the level-0
     manifest and case file (``manifest_<family>.json``, ``case_opinfo_<family>.py``) and the
     level-1-only cases in parts of about :data:`PART_CASES` (``..._level1_<k>``, an OpInfo's
@@ -154,6 +154,7 @@ def manifests(only: Optional[Sequence[str]] = None, nightly: bool = False, known
 
     :param only: OpInfo keys to generate (default: all).
     :param known: triage table (:func:`meshtest.strength.triage.load_known`) applied to the entries.
+    :param signatures: the value signatures of its marks (:func:`meshtest.strength.triage.load_signatures`).
     :param order: every usable OpInfo key of the whole generation, when ``only`` regenerates some
         families of it (:func:`meshtest.platforms.torch_opinfo.generate`).
     :raises ValueError: a rule of ``known`` names a case no longer generated (a whole generation).
@@ -166,7 +167,7 @@ def manifests(only: Optional[Sequence[str]] = None, nightly: bool = False, known
     mod = _torch_module()
     by_family, found = mod.generate(registered_rules(), only, nightly=nightly, order=order)
     if known and not nightly:  # the table names level-0/1 cases of every OpInfo
-        apply(known, [e for entries in by_family.values() for e in entries], whole=not only)
+        apply(known, [e for entries in by_family.values() for e in entries], whole=not only, signatures=signatures)
     generator = generator_digest()
     digests = {k: mod.sample_digest(k) for k in list(found.family) + list(found.skipped)}
     out: Dict[str, str] = {}
@@ -257,7 +258,7 @@ def check_incremental(out_dir: str, stream: TextIO = sys.stdout) -> int:
     """
     import torch
 
-    from .triage import apply, load_known, unapply
+    from .triage import SIGNATURES_FILE, apply, load_known, load_signatures, unapply
 
     docs, skipped_doc = _committed(out_dir)
     generator, version = generator_digest(), torch.__version__
@@ -287,7 +288,8 @@ def check_incremental(out_dir: str, stream: TextIO = sys.stdout) -> int:
     entries = [e for doc in docs.values() for e in doc["cases"]]
     fresh = [unapply(e) for e in entries]
     try:
-        apply(load_known(os.path.join(out_dir, "known_failures.json")), fresh)
+        apply(load_known(os.path.join(out_dir, "known_failures.json")), fresh,
+              signatures=load_signatures(os.path.join(out_dir, SIGNATURES_FILE)))
     except ValueError as e:
         bad.append(("known_failures.json", str(e)))
     else:
@@ -295,7 +297,7 @@ def check_incremental(out_dir: str, stream: TextIO = sys.stdout) -> int:
         for name, doc in docs.items():
             n = len(doc["cases"])
             if fresh[at:at + n] != doc["cases"]:
-                bad.append((name, "known_failures.json marks its entries otherwise now"))
+                bad.append((name, f"known_failures.json or {SIGNATURES_FILE} marks its entries otherwise now"))
             at += n
     if bad:
         return fail()
@@ -321,7 +323,8 @@ def check_incremental(out_dir: str, stream: TextIO = sys.stdout) -> int:
     if redo:
         try:
             files = manifests(redo, known=load_known(os.path.join(out_dir, "known_failures.json")),
-                              order=sorted(family_of))
+                              order=sorted(family_of),
+                              signatures=load_signatures(os.path.join(out_dir, SIGNATURES_FILE)))
         except KeyError as e:  # an OpInfo that gave no case gives cases now: every level-0 case turns
             bad.append(("skipped.json", f"OpInfo {e} gives cases now (a whole regeneration)"))
             return fail()
@@ -350,7 +353,7 @@ def cmd_generate(out_dir: str, only: Sequence[str], nightly: bool, check: bool, 
     :raises ValueError: ``only`` or ``nightly`` into the committed directory (``default_dir``:
         ``--out`` not given, not ``check``) — a subset there would replace the committed
         manifests —, or a bad ``known_failures.json`` (:func:`meshtest.strength.triage.load_known`)."""
-    from .triage import load_known
+    from .triage import SIGNATURES_FILE, load_known, load_signatures
 
     if (only or nightly) and default_dir and not check:
         raise ValueError("--op and --nightly write a subset or an uncommitted set: give --out DIR (the committed "
@@ -358,7 +361,8 @@ def cmd_generate(out_dir: str, only: Sequence[str], nightly: bool, check: bool, 
     if check and not full and not only and not nightly:
         return check_incremental(out_dir, stream)
 
-    files = manifests(only or None, nightly, load_known(os.path.join(out_dir, "known_failures.json")))
+    files = manifests(only or None, nightly, load_known(os.path.join(out_dir, "known_failures.json")),
+                      signatures=load_signatures(os.path.join(out_dir, SIGNATURES_FILE)))
     changed, stale = differences(out_dir, files, partial=bool(only) or nightly)
     cases = sum(len(json.loads(t)["cases"]) for n, t in files.items() if n.startswith("manifest_"))
     print(f"meshtest: {cases} generated case(s) in {sum(n.startswith('manifest_') for n in files)} manifest(s)",

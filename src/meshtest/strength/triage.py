@@ -20,6 +20,14 @@ a case that fails another way is ``fail``, one that passes ``xpass``; a pattern 
 entry its mark (it names no case, or only cases an earlier rule already marked) is an error of
 :func:`apply` (a rule outliving its cases).
 
+A ``known_failure`` rule of kind ``mismatch`` at a value step (``compare``, ``backward``,
+``output-metadata``: :data:`meshtest.model.known.SIGNED_STEPS`) names cases that each failed
+with their own wrong values, so each case's mark also carries its **value signature**
+(:mod:`meshtest.model.known`, "Value signatures") from ``signatures.json`` beside the table,
+written by ``python -m meshtest triage --write-signatures RESULTS`` from a run's results
+(:func:`write_signatures`): a run then reproduces the mark only with the same wrong values. A
+case such a rule names without a signature is an error of :func:`apply` naming the rule.
+
 A rule may give a ``simulation_limit`` (a text) instead of a ``known_failure``: the cases it names
 behave differently under torch's rank simulator (``LocalTensorMode``) than on real ranks, where
 they pass or fail as their ``known_failure`` says. The one-process lane then leaves them out,
@@ -39,16 +47,40 @@ import fnmatch
 import json
 import os
 from collections import OrderedDict
-from typing import Any, Dict, Iterable, List, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import CaseDeclarationError
-from ..model.known import KnownFailure
+from ..model.known import PASSED, SIGNED_STEPS, KnownFailure, rank_groups, signature_of
 
 _RULE_KEYS = ("names", "known_failure")
 #: What a rule gives the entries it names: one of these, with ``names``.
 _RULE_VERDICTS = ("known_failure", "simulation_limit", "in_float64")
 #: The suffix of a case that a rule moves to float64 (``in_float64``).
 FLOAT64_SUFFIX = ".in_float64"
+#: The file of value signatures beside ``known_failures.json`` (:func:`write_signatures`).
+SIGNATURES_FILE = "signatures.json"
+SIGNATURES_COMMAND = "python -m meshtest triage --write-signatures RESULTS"
+
+
+def signed(known: Dict[str, Any]) -> bool:
+    """Whether a rule's ``known_failure`` pins value signatures (a ``mismatch`` at a value step)."""
+    return known.get("kind") == "mismatch" and known.get("step") in SIGNED_STEPS
+
+
+def load_signatures(path: str) -> Dict[str, str]:
+    """Case name → value signature from ``signatures.json`` at ``path`` (``{}`` when there is none).
+
+    :raises ValueError: not ``{"written_by": ..., "signatures": {name: text}}``.
+    """
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    sigs = doc.get("signatures") if isinstance(doc, dict) else None
+    if not isinstance(sigs, dict) or not all(isinstance(v, str) and v for v in sigs.values()):
+        raise ValueError(f"{path}: must be {{\"written_by\": ..., \"signatures\": {{case name: signature}}}} as "
+                         f"{SIGNATURES_COMMAND} writes it")
+    return sigs
 
 
 def load_known(path: str) -> List[Dict[str, Any]]:
@@ -75,24 +107,36 @@ def load_known(path: str) -> List[Dict[str, Any]]:
             if not isinstance(rule[text], str) or not rule[text].strip():
                 raise ValueError(f"{path}: rule {i}: {text} must be a non-empty text (the reason); got {rule[text]!r}")
             continue
+        if isinstance(rule["known_failure"], dict) and "signature" in rule["known_failure"]:
+            raise ValueError(f"{path}: rule {i}: a rule's cases each have their own signature: they go in "
+                             f"{SIGNATURES_FILE} ({SIGNATURES_COMMAND}), not in the rule")
         try:
-            KnownFailure.from_json(rule["known_failure"]).validated(path, f"rule {i}")
+            doc = dict(rule["known_failure"])
+            if signed(doc):  # each case's own, from signatures.json (apply)
+                doc["signature"] = "per case"
+            KnownFailure.from_json(doc).validated(path, f"rule {i}")
         except (TypeError, CaseDeclarationError) as e:
             raise ValueError(f"{path}: rule {i}: {e}") from None
     return table
 
 
-def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]], whole: bool = True) -> int:
+def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]], whole: bool = True,
+          signatures: Optional[Mapping[str, str]] = None) -> int:
     """Give each entry the ``known_failure`` of the first ``known_failure`` rule naming it, and the
     ``simulation_limit`` of the first ``simulation_limit`` rule naming it (the key is written only
     then); returns how many got a ``known_failure``.
+
+    A ``known_failure`` that pins values (:func:`signed`) gets the entry's ``signature`` from
+    ``signatures`` (case name → text, :func:`load_signatures`).
 
     An ``in_float64`` rule gives the entry its reason under ``in_float64`` and the name suffix
     :data:`FLOAT64_SUFFIX`, after every rule has been matched against the float32 name.
 
     :param whole: ``entries`` are every generated entry, so a pattern that names none is stale
         (``False`` for a subset: a regenerated family).
-    :raises ValueError: a pattern of a rule names no entry (say which, to be removed); a
+    :raises ValueError: a rule that pins values names a random entry, or an entry without a signature (naming the
+        rule, the case and :data:`SIGNATURES_COMMAND`); with ``whole``, a signature of a case no
+        such rule names (stale); a pattern of a rule names no entry (say which, to be removed); a
         ``simulation_limit`` rule names a level-0 entry (tagged ``cpu_local``: the one-process
         lane's own sample); an ``in_float64`` rule names an entry whose inputs are not all
         float32 or integer, or one with a ``known_failure``.
@@ -108,6 +152,20 @@ def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]], wh
                 rule = table[i]
                 if verdict == "known_failure":
                     e["known_failure"] = dict(rule["known_failure"])
+                    if signed(rule["known_failure"]) and e.get("random"):
+                        raise ValueError(
+                            f"known_failures.json rule {i} marks {e['name']}, a random case, with a value mismatch: a "
+                            "random op's values are judged as random (unsupported where DTensor has no RNG, "
+                            "meshtest.platforms.torch_opinfo.OpCall), never against one single-device draw")
+                    if signed(rule["known_failure"]):
+                        sig = (signatures or {}).get(e["name"])
+                        if sig is None:
+                            raise ValueError(
+                                f"known_failures.json rule {i} ({rule['known_failure']['kind']} at step "
+                                f"{rule['known_failure']['step']}) marks {e['name']} without a value signature: run "
+                                f"the case and write it with {SIGNATURES_COMMAND} (any wrong value would reproduce "
+                                "the mark otherwise)")
+                        e["known_failure"]["signature"] = sig
                 elif verdict == "in_float64":
                     floats = [d for d in e.get("dtypes", []) if not d.startswith(("int", "uint", "bool"))]
                     if not floats or set(floats) != {"float32"} or e.get("known_failure"):
@@ -122,6 +180,12 @@ def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]], wh
                 used.add((i, hit))
         if e.get("in_float64"):
             e["name"] += FLOAT64_SUFFIX
+    pinned = {e["name"] for e in entries if (e.get("known_failure") or {}).get("signature")}
+    stale_sigs = sorted(set(signatures or {}) - pinned)
+    if stale_sigs and whole:
+        more = f" and {len(stale_sigs) - 20} more" if len(stale_sigs) > 20 else ""
+        raise ValueError(f"{SIGNATURES_FILE} holds signatures of cases no rule pins now (remove them): "
+                         + ", ".join(stale_sigs[:20]) + more)
     unused = [f"rule {i}: {p}" for i, rule in enumerate(table) for p in rule["names"] if (i, p) not in used]
     if unused and whole:
         raise ValueError("known_failures.json names cases the generator no longer writes (remove them): "
@@ -190,6 +254,63 @@ def kinds_from_manifests(paths: Iterable[str]) -> Dict[str, Tuple[str, str]]:
             for e in json.load(f)["cases"]:
                 out[e["name"]] = (e["op"], e["kind"])
     return out
+
+
+def outcome_signature(outcome: Dict[str, Any]) -> Optional[str]:
+    """The value signature of a run's outcome (a ``results.jsonl`` record), or ``None`` when a
+    failing rank recorded none. A rank process records its own: ranks that agree give that one
+    text, else one group per signature, ranks that passed as ``pass``
+    (:func:`meshtest.model.known.rank_groups`); the one-process lane's record is the same text on
+    every simulated rank."""
+    failures = {f["rank"]: f for f in outcome["failures"] if f.get("rank") is not None}
+    per_rank: Dict[str, List[int]] = {}
+    for r in range(outcome["world_size"]):
+        f = failures.get(r)
+        sig = PASSED if f is None or f["status"] in ("pass", "xpass") else signature_of(f["error"])
+        if sig is None:
+            return None
+        per_rank.setdefault(sig, []).append(r)
+    if not per_rank or set(per_rank) == {PASSED}:
+        return None
+    return next(iter(per_rank)) if len(per_rank) == 1 else rank_groups(per_rank, outcome["world_size"])
+
+
+def write_signatures(results: Sequence[str], manifest_dir: str, stream: Any) -> int:
+    """``triage --write-signatures``: record in ``signatures.json`` the value signature of every
+    generated case in ``results`` that a value-pinning rule (:func:`signed`) marks and that
+    failed at the rule's step (``fail`` or ``xfail``); the other signatures in the file stay.
+    Prints what it wrote and which marked cases it could not sign (another step, no signature);
+    returns 1 when there are such, else 0. The manifests are then rewritten by ``python -m
+    meshtest generate opinfo``."""
+    from ..report.results import read_results, results_files
+
+    table = load_known(os.path.join(manifest_dir, "known_failures.json"))
+    path = os.path.join(manifest_dir, SIGNATURES_FILE)
+    sigs = dict(load_signatures(path))
+    outcomes = {o.case: o.to_json() for f in results_files(results) for o in read_results(f)}
+    first = _first_rules(table, list(outcomes))["known_failure"]
+    wrote, unsigned = 0, []
+    for name, (i, _) in sorted(first.items()):
+        known = table[i]["known_failure"]
+        if not signed(known):
+            continue
+        o = outcomes[name]
+        steps = {f["step"] for f in o["failures"] if f["status"] not in ("pass", "xpass")}
+        sig = outcome_signature(o) if o["status"] in ("fail", "xfail") and steps == {known["step"]} else None
+        if sig is None:
+            unsigned.append(f"{name}: {o['status']} at step(s) {', '.join(sorted(steps)) or '-'} (rule {i}: "
+                            f"{known['step']})")
+            continue
+        wrote += sigs.get(name) != sig
+        sigs[name] = sig
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"written_by": SIGNATURES_COMMAND, "signatures": dict(sorted(sigs.items()))}, f, indent=1)
+        f.write("\n")
+    print(f"meshtest triage: {wrote} signature(s) written or changed in {path} ({len(sigs)} in all); "
+          f"{len(unsigned)} marked case(s) not signed", file=stream)
+    for line in unsigned:
+        print(f"  not signed: {line}", file=stream)
+    return 1 if unsigned else 0
 
 
 def cmd_triage(results: Sequence[str], manifest_dir: str, stream: Any, shrink: bool = False) -> int:
