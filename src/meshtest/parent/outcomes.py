@@ -1,9 +1,11 @@
 """Every way the parent turns what it saw into a :class:`meshtest.contract.CaseOutcome`.
 
 - :func:`aggregate` — a case every rank recorded: the worst rank status wins
-  (:data:`meshtest.status.PRECEDENCE`), with ``xpass`` only when every rank passed, and ``xfail``
-  when the known failure reproduced on some ranks and each other rank failed at a later step (it
-  went on and waited for the ranks that had stopped: :func:`waited_for_known_failure`);
+  (:data:`meshtest.status.PRECEDENCE`), with ``xpass`` only when every rank passed; ``xfail``
+  needs the known failure on every rank (a rank its signature records as passing counts), or
+  on some ranks with each other rank failing the way the mark's ``peers`` names
+  (:func:`waited_for_known_failure`); a rank that passed beside ranks that reproduced it makes
+  the case ``fail``, naming it;
 - :func:`interrupted` — a case its launch died in (``timeout`` or ``crash``): each rank's record,
   or the step it was in and the tail of its log;
 - :func:`not_run` — cases a fail-fast gate did not start;
@@ -14,13 +16,14 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 from dataclasses import replace
-from typing import Dict, List, Mapping, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from ..contract import GAVE_UP_EXIT, CaseOutcome, RankFailure, RankRecord
 from ..model import rules
-from ..model.known import judge_crash
+from ..model.known import KnownFailure, judge_crash, message_of
 from ..model.rules import GOLDEN_NOTE
 from ..model.scan import BrokenDeclaration, ScannedCase, case_id
 from ..status import Status, worst
@@ -30,12 +33,15 @@ from .planner import Group
 
 
 def aggregate(case: str, file: str, group: str, world_size: int, by_rank: Mapping[int, RankRecord],
-              missing_reason: str = "", launch_dir: str = "", kind: str = "op") -> CaseOutcome:
+              missing_reason: str = "", launch_dir: str = "", kind: str = "op",
+              known: Optional[KnownFailure] = None) -> CaseOutcome:
     """Aggregate one case's rank records (``by_rank``: rank → record).
 
     :param missing_reason: error text for ranks that recorded nothing (names the launch fault).
     :param kind: the case's kind (``op``, ``scenario``, ``train``): only an op case's steps have a
         known order (:func:`waited_for_known_failure`).
+    :param known: the case's known failure (its ``peers``: how the ranks that did not reproduce
+        it fail).
     """
     failures: List[RankFailure] = []
     statuses = set()
@@ -54,9 +60,15 @@ def aggregate(case: str, file: str, group: str, world_size: int, by_rank: Mappin
             failures.append(RankFailure(rank, rec.status, rec.step, rec.error, rec.node))
     status = worst(statuses)
     if status is Status.XPASS and statuses - {Status.XPASS}:
-        status = Status.XFAIL
+        passed = [f.rank for f in failures if f.status is Status.XPASS]
+        shown = [f.rank for f in failures if f.status is Status.XFAIL]
+        status = Status.FAIL
+        failures.insert(0, RankFailure(None, Status.FAIL, next(f.step for f in failures if f.status is Status.XFAIL), (
+            f"the known failure reproduced on rank(s) {','.join(map(str, shown))} only: rank(s) "
+            f"{','.join(map(str, passed))} passed. Every rank must show it, unless its signature records which "
+            "ranks pass (meshtest.model.known, 'Value signatures')")))
     detail = _detail(ordered)
-    waited = (waited_for_known_failure(by_rank, world_size)
+    waited = (waited_for_known_failure(by_rank, world_size, known)
               if kind == "op" and status in (Status.FAIL, Status.ERROR) else "")
     if waited:
         status, detail = Status.XFAIL, "\n".join(x for x in (detail, waited) if x)
@@ -67,14 +79,20 @@ def aggregate(case: str, file: str, group: str, world_size: int, by_rank: Mappin
                        detail=detail, nodes=nodes if any(nodes) else ())
 
 
-def waited_for_known_failure(by_rank: Mapping[int, RankRecord], world_size: int) -> str:
+def waited_for_known_failure(by_rank: Mapping[int, RankRecord], world_size: int,
+                             known: Optional[KnownFailure] = None) -> str:
     """A note when an op case's known failure reproduced on some ranks only and every other rank
-    failed at a later op step (:data:`meshtest.model.rules.OP_STEPS`): in lockstep, a rank that
-    stops at the marked step leaves its peers to wait for it in their next collective (gloo's
-    timeout, the output-metadata exchange), so their failure is the known failure's, not a second
-    one. Else ``""``: a rank that failed at the marked step or before it, that passed, or that
-    recorded nothing keeps the worst status.
+    failed the way the mark's ``peers`` says (:attr:`meshtest.model.known.KnownFailure.peers`: a
+    later op step, :data:`meshtest.model.rules.OP_STEPS`, and a pattern of its message): in
+    lockstep, a rank that stops at the marked step leaves its peers to wait for it in their next
+    collective (gloo's timeout, the output-metadata exchange), so their failure is the known
+    failure's, not a second one. Else ``""``: a mark without ``peers``, a rank that failed
+    another way, at the marked step or before it, that passed, or that recorded nothing keeps
+    the worst status.
     """
+    if known is None or known.peers is None:
+        return ""
+    peer_step, peer_match = known.peer_expectation()
     records = [by_rank.get(r) for r in range(world_size)]
     if any(r is None for r in records):
         return ""
@@ -84,6 +102,8 @@ def waited_for_known_failure(by_rank: Mapping[int, RankRecord], world_size: int)
         return ""
     step = stopped[0].step
     if any(r.step != step for r in stopped) or not all(rules.after_step(r.step, step) for r in others):
+        return ""
+    if any(r.step != peer_step or not re.search(peer_match, message_of(r.error)) for r in others):
         return ""
     return (f"known failure reproduced on rank(s) {','.join(str(r.rank) for r in stopped)} at step {step}; "
             f"rank(s) {','.join(str(r.rank) for r in others)} went on and failed waiting for them at step(s) "

@@ -287,7 +287,8 @@ def _decided_outcomes(decision: relaunch.Decision, group: Group, res: LaunchResu
     by_id = {c.id: c for c in cases}
     launch_dir = os.path.basename(res.out_dir)
     found = [outcomes.aggregate(by_id[n].name, by_id[n].file, group.group_id, group.ranks_of(by_id[n]),
-                                res.records[n], launch_dir=launch_dir, kind=by_id[n].kind) for n in decision.complete]
+                                res.records[n], launch_dir=launch_dir, kind=by_id[n].kind,
+                                known=by_id[n].known_failure) for n in decision.complete]
     found += [outcomes.interrupted(by_id[n], group, res, decision.interrupted_status) for n in decision.interrupted]
     if decision.not_run:
         found += outcomes.not_run([by_id[n] for n in decision.not_run], group,
@@ -525,7 +526,7 @@ def _salvage_in_flight(result: RunResult) -> List[CaseOutcome]:
     for group, group_dir in result.in_flight.values():
         records = salvage(group, group_dir)
         found += [outcomes.aggregate(c.name, c.file, group.group_id, group.ranks_of(c), records[c.id],
-                                     launch_dir=os.path.basename(group_dir), kind=c.kind)
+                                     launch_dir=os.path.basename(group_dir), kind=c.kind, known=c.known_failure)
                   for c in group.cases if len(records.get(c.id, {})) == group.ranks_of(c)
                   and c.id not in result.held]  # a phase that passed is reported from ``held``
     return found
