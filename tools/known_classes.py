@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""Print the generated corpus's known failures by class, from the committed manifests: one line
+per class (a rule's step, kind and the first words of its reason, with its upstream reference)
+with its case count, then the totals (cases, marked, random, value marks pinned by a signature).
+The figures docs/strength.md quotes for the classes come from this script.
+
+Usage: ``python3 tools/known_classes.py [MANIFEST_DIR]`` (default ``cases/torch/opinfo``).
+Reads files only; stdlib only.
+"""
+from __future__ import annotations
+
+import collections
+import glob
+import json
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main(argv: list) -> int:
+    where = argv[1] if len(argv) > 1 else os.path.join(REPO, "cases", "torch", "opinfo")
+    classes: "collections.Counter[tuple]" = collections.Counter()
+    total = random_ = pinned = 0
+    for path in sorted(glob.glob(os.path.join(where, "manifest_*.json"))):
+        with open(path, encoding="utf-8") as f:
+            for entry in json.load(f)["cases"]:
+                total += 1
+                random_ += bool(entry.get("random"))
+                known = entry.get("known_failure")
+                if known:
+                    pinned += "signature" in known
+                    classes[(known["step"], known["kind"], known["reason"][:80],
+                             known.get("upstream") or "divergence")] += 1
+    for (step, kind, reason, ref), n in sorted(classes.items(), key=lambda kv: (-kv[1], kv[0])):
+        print(f"{n:6d}  {kind:8s} at {step:15s} {reason}... ({ref})")
+    print(f"total: {total} generated case(s), {sum(classes.values())} marked in {len(classes)} class(es), "
+          f"{pinned} of them pinned by a value signature; {random_} random")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
