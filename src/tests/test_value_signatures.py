@@ -149,11 +149,13 @@ def test_peers_that_fail_later_count_only_in_the_way_the_mark_names():
 
 
 RULE = {"names": ["op.*"], "known_failure": {"kind": "mismatch", "step": "compare", "match": "outside",
-                                              "reason": "r", "upstream": "pytorch/pytorch#1"}}
+                                              "reason": "r", "upstream": "pytorch/pytorch#1"},
+        "requires": {"ops": ["op"]}}
 
 
 def _entry(name, random=False):
-    return {"name": name, "tags": ["cpu_level1"], "known_failure": None, "random": random, "dtypes": ["float32"]}
+    return {"name": name, "op": "op", "tags": ["cpu_level1"], "known_failure": None, "random": random,
+            "dtypes": ["float32"]}
 
 
 def test_the_table_gives_each_case_its_own_signature_and_refuses_drift():

@@ -11,7 +11,12 @@ with one example case and its message.
 
     [{"names": ["argmax.float32.s0.m2x2.S0Pmax", "argmin.float32.*"],
       "known_failure": {"kind": "raises", "step": "run", "match": "...", "reason": "...",
-                        "upstream": "pytorch/pytorch#123"}}]
+                        "upstream": "pytorch/pytorch#123"},
+      "requires": {"ops": ["argmax", "argmin"], "any": ["in\\\\d+:S\\\\(\\\\d+\\\\)"]}}]
+
+``requires`` states the case property the rule's reason stands for (placement kinds, sharded
+dims, dtypes, ops: :mod:`meshtest.strength.predicate`); a rule that names a case without it is an
+error of :func:`apply`, so a reason cannot silently cover a second cause.
 
 ``names`` are fnmatch patterns on case names; the first rule naming an entry gives it its
 ``known_failure`` (:func:`apply`), so the manifest — and with it the static scan — carries the
@@ -51,6 +56,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import CaseDeclarationError
 from ..model.known import PASSED, SIGNED_STEPS, KnownFailure, rank_groups, signature_of
+from . import predicate
 
 _RULE_KEYS = ("names", "known_failure")
 #: What a rule gives the entries it names: one of these, with ``names``.
@@ -87,8 +93,8 @@ def load_known(path: str) -> List[Dict[str, Any]]:
     """The triage table at ``path`` (``[]`` when there is none).
 
     :raises ValueError: not a list of rules with ``names`` (a non-empty list of patterns) and
-        either a valid ``known_failure`` or a non-empty ``simulation_limit`` text, naming the rule's
-        index.
+        either a valid ``known_failure`` with its ``requires`` (:func:`meshtest.strength.predicate.validate`)
+        or a non-empty ``simulation_limit`` / ``in_float64`` text, naming the rule's index.
     """
     if not os.path.exists(path):
         return []
@@ -98,15 +104,22 @@ def load_known(path: str) -> List[Dict[str, Any]]:
         raise ValueError(f"{path}: must be a JSON list of rules")
     for i, rule in enumerate(table):
         keys = set(rule) if isinstance(rule, dict) else set()
-        if (len(keys) != 2 or "names" not in keys or not keys & set(_RULE_VERDICTS)
+        verdicts = keys & set(_RULE_VERDICTS)
+        if (len(verdicts) != 1 or keys - verdicts - {"names", "requires"} or "names" not in keys
+                or ("requires" in keys and "known_failure" not in keys)
                 or not isinstance(rule["names"], list) or not rule["names"]):
             raise ValueError(f"{path}: rule {i} must have exactly names (a non-empty list) and one of "
-                             f"known_failure, simulation_limit, in_float64; got {rule!r}")
+                             f"known_failure, simulation_limit, in_float64 (a known_failure with its requires); "
+                             f"got {rule!r}")
         text = next((k for k in ("simulation_limit", "in_float64") if k in rule), None)
         if text is not None:
             if not isinstance(rule[text], str) or not rule[text].strip():
                 raise ValueError(f"{path}: rule {i}: {text} must be a non-empty text (the reason); got {rule[text]!r}")
             continue
+        if "requires" not in rule:
+            raise ValueError(f"{path}: rule {i}: a known_failure rule states the case property its reason stands "
+                             "for in requires (meshtest.strength.predicate): every case it names must have it")
+        predicate.validate(rule["requires"], f"{path}: rule {i}")
         if isinstance(rule["known_failure"], dict) and "signature" in rule["known_failure"]:
             raise ValueError(f"{path}: rule {i}: a rule's cases each have their own signature: they go in "
                              f"{SIGNATURES_FILE} ({SIGNATURES_COMMAND}), not in the rule")
@@ -134,7 +147,9 @@ def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]], wh
 
     :param whole: ``entries`` are every generated entry, so a pattern that names none is stale
         (``False`` for a subset: a regenerated family).
-    :raises ValueError: a rule that pins values names a random entry, or an entry without a signature (naming the
+    :raises ValueError: a ``known_failure`` rule names an entry its ``requires`` does not hold
+        for (:func:`meshtest.strength.predicate.unmet`; naming the rule, the case, the unmet keys);
+        a rule that pins values names a random entry, or an entry without a signature (naming the
         rule, the case and :data:`SIGNATURES_COMMAND`); with ``whole``, a signature of a case no
         such rule names (stale); a pattern of a rule names no entry (say which, to be removed); a
         ``simulation_limit`` rule names a level-0 entry (tagged ``cpu_local``: the one-process
@@ -151,6 +166,12 @@ def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]], wh
                 i, hit = found
                 rule = table[i]
                 if verdict == "known_failure":
+                    unmet = predicate.unmet(rule.get("requires") or {}, e)
+                    if unmet:
+                        raise ValueError(
+                            f"known_failures.json rule {i} marks {e['name']}, which does not have the property the "
+                            f"rule's reason stands for (requires: {'; '.join(unmet)}); the reason is "
+                            f"\"{rule['known_failure']['reason']}\": move the case to a rule whose reason describes it")
                     e["known_failure"] = dict(rule["known_failure"])
                     if signed(rule["known_failure"]) and e.get("random"):
                         raise ValueError(
