@@ -57,6 +57,46 @@ def test_families_list_uncovered_operators_and_dispatches_without_a_rule():
     assert "uncovered kinds: in0: S(0) S(1) P(sum); uneven" in text
 
 
+def test_only_a_pass_or_a_pinned_known_failure_exercises_an_operator():
+    """An operator counts as exercised only through a case that passed or reproduced a known
+    failure that pins its values; one reached only by failing cases is listed with their classes
+    (docs/strength.md, "Coverage counts what passes")."""
+    from meshtest.contract import CaseOutcome, RankFailure
+    from meshtest.model.known import KnownFailure
+    from meshtest.status import Status
+
+    pinned = KnownFailure(kind="mismatch", step="compare", match="elements outside", reason="the rule is wrong",
+                          upstream="docs/torch-bugs.md#x", signature="out0 values 1/4 @0a0b0c0d abs 1 rel 1")
+    raising = KnownFailure(kind="raises", step="run", match="NotImplementedError", reason="no rule for it",
+                           upstream="docs/torch-bugs.md#y")
+
+    def outcome(case, status, known=None, step="compare"):
+        failures = () if status is Status.PASS else (RankFailure(0, status, step, "boom"),)
+        return CaseOutcome(case, "f.py", "g", 2, status, failures=failures,
+                           known_failure=known.describe() if known else "")
+
+    calls = {"f.py::ok": [_call("aten.mm.default", [((4, 4), ("R",))])],
+             "f.py::pinned": [_call("aten.bmm.default", [((2, 4, 4), ("R",))])],
+             "f.py::raises": [_call("aten.add.Tensor", [((4, 4), ("R",))]),
+                              _call("aten.mm.default", [((4, 4), ("R",))])],
+             "f.py::wrong": [_call("aten.add.Tensor", [((4, 4), ("S(0)",))])],
+             "f.py::unfinished": [_call("aten.sub.Tensor", [((4, 4), ("R",))])]}
+    verdicts = [outcome("ok", Status.PASS), outcome("pinned", Status.XFAIL, pinned),
+                outcome("raises", Status.XFAIL, raising, step="run"), outcome("wrong", Status.FAIL)]
+    kept, failing = coverage.split_by_verdict(calls, verdicts)
+    assert sorted(kept) == ["f.py::ok", "f.py::pinned"]
+    assert set(failing) == {"aten.add.Tensor", "aten.sub.Tensor"}  # mm is exercised by f.py::ok
+    assert failing["aten.add.Tensor"] == {"xfail at run: no rule for it": 1, "fail at compare": 1}
+    assert failing["aten.sub.Tensor"] == {"no verdict (the run did not finish it)": 1}
+    ops = coverage.by_operator(kept)
+    rules = {op: "x" for op in ("aten.mm.default", "aten.bmm.default", "aten.add.Tensor", "aten.sub.Tensor")}
+    text = "\n".join(coverage.format_table(coverage.by_family(ops, rules), ops, failing=failing))
+    assert "2 of 4 registered operators exercised" in text
+    assert "not exercised: every case fails (2 operators" in text
+    assert "aten.add.Tensor: 1 fail at compare; 1 xfail at run: no rule for it" in text or \
+        "aten.add.Tensor: 1 xfail at run: no rule for it; 1 fail at compare" in text
+
+
 def test_every_operator_not_exercised_is_counted_under_a_reason(tmp_path):
     manifest = {"cases": [{"op": "addmm", "aten": ["aten.addmm.default", "aten.mm.default"]}]}
     (tmp_path / "manifest_x.json").write_text(json.dumps(manifest))

@@ -71,6 +71,8 @@ SIGNATURE_LINE = "signature: "
 SIZE_TOLERANCE = 0.10
 #: A rank group's signature for ranks that passed.
 PASSED = "pass"
+#: How :meth:`KnownFailure.expectation` introduces a signature (read back by :func:`pins_values`).
+PINNED = " with signature"
 _GROUP = re.compile(r"^ranks (?P<ranks>\d+(?:,\d+)*) of (?P<n>\d+): (?P<sig>.*)$")
 _VALUES = re.compile(r"^(?P<head>.*? values \d+/\d+ @[0-9a-f]{8}) abs (?P<abs>\S+) rel (?P<rel>\S+)$")
 
@@ -165,7 +167,7 @@ class KnownFailure:
     def expectation(self) -> str:
         """The expected failure in words: ``raises at step run matching /aten\\.fill_/`` (and
         ``with signature <...>`` when it has one)."""
-        pinned = f" with signature <{self.signature}>" if self.signature else ""
+        pinned = f"{PINNED} <{self.signature}>" if self.signature else ""
         return f"{self.kind} at step {self.step} matching /{self.match}/{pinned}"
 
     def describe(self) -> str:
@@ -264,6 +266,13 @@ def _parts_agree(recorded: str, seen: str) -> bool:
               or not _size_close(mw["rel"], mg["rel"])):
             return False
     return True
+
+
+def pins_values(described: str) -> bool:
+    """Whether a mark's text (:meth:`KnownFailure.describe`, as a case outcome carries it in
+    ``known_failure``) records a value signature: an ``xfail`` under it reproduced the exact
+    wrong values, which says as much about the operator as a pass (``coverage-ops`` counts it)."""
+    return f"/{PINNED} <" in described  # the pattern's closing slash, then the signature
 
 
 def judge(known: Optional[KnownFailure], status: Status, step: str, error: str,

@@ -15,6 +15,13 @@ Placement kinds, per tensor input and mesh dimension (what the summary counts):
   gathers, reduces or scans along a sharded dim; ``P(sum)→R``: it needs the reduced value;
   ``R→MP``: the embedding's masked partial).
 
+An operator counts as *exercised* only through a case whose verdict says something about its
+rule (:func:`exercising`): one that passed, or one that reproduced a known failure pinned by its
+value signature (:mod:`meshtest.model.known`, "Value signatures"). A case that failed, errored,
+was unsupported, or showed a known failure with no pinned values (a raise, a refusal) dispatched
+the operator without checking its answer; an operator only such cases reached is listed as "not
+exercised: every case fails", with those cases' classes (:func:`verdict_class`).
+
 No torch import: the platform is reached through the port only.
 """
 from __future__ import annotations
@@ -23,6 +30,9 @@ import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+
+from ..contract import CaseOutcome
+from ..model.known import pins_values
 
 #: Name of the per-rank call files (:attr:`meshtest.contract.LaunchPlan.record_ops`).
 OPS_FILE_PREFIX = "ops"
@@ -138,8 +148,50 @@ def placement_kinds(call: Mapping[str, Any]) -> Set[str]:
     return kinds
 
 
+def exercising(outcome: CaseOutcome) -> bool:
+    """Whether a case's verdict checks the operators it dispatched: it passed, or it is ``xfail``
+    with a known failure that pins its values (the mark's text carries a signature,
+    :func:`meshtest.model.known.pins_values`) — a wrong value that reproduced exactly."""
+    status = outcome.status.value
+    return status == "pass" or (status == "xfail" and pins_values(outcome.known_failure))
+
+
+def verdict_class(outcome: CaseOutcome) -> str:
+    """A non-exercising case's class, as the "every case fails" list prints it: its status, the
+    step its first failing rank stopped at, and for a known failure the mark's reason (the text
+    after the expectation, up to its reference), e.g. ``xfail at run: a view of an unevenly
+    sharded dim ...``."""
+    step = next((f.step for f in outcome.failures if f.step), "")
+    head = f"{outcome.status.value} at {step}" if step else outcome.status.value
+    reason = outcome.known_failure.split(": ", 1)[1].rsplit(" (", 1)[0] if ": " in outcome.known_failure else ""
+    return f"{head}: {reason[:70]}" if reason else head
+
+
+def split_by_verdict(calls: Mapping[str, Sequence[Mapping[str, Any]]], outcomes: Iterable[CaseOutcome]
+                     ) -> Tuple[Dict[str, List[Dict[str, Any]]], Dict[str, Dict[str, int]]]:
+    """The recorded calls (:func:`read_calls`) of the cases that exercise their operators
+    (:func:`exercising`), and for every other operator dispatched only by other cases, its
+    cases counted by class (:func:`verdict_class`). A case with calls but no outcome (the run did
+    not finish it) exercises nothing.
+
+    :returns: (calls of exercising cases, operator → class → cases)."""
+    verdicts = {case_key(o.file, o.case): o for o in outcomes}
+    kept = {k: [dict(c) for c in v] for k, v in calls.items() if k in verdicts and exercising(verdicts[k])}
+    reached = {c["op"] for v in kept.values() for c in v if "op" in c}
+    failing: Dict[str, Dict[str, int]] = {}
+    for key, records in sorted(calls.items()):
+        if key in kept:
+            continue
+        why = verdict_class(verdicts[key]) if key in verdicts else "no verdict (the run did not finish it)"
+        for op in sorted({c["op"] for c in records if "op" in c} - reached):
+            failing.setdefault(op, {}).setdefault(why, 0)
+            failing[op][why] += 1
+    return kept, failing
+
+
 def by_operator(calls: Mapping[str, Sequence[Mapping[str, Any]]]) -> Dict[str, OpCoverage]:
-    """Recorded calls per case (:func:`read_calls`) → per operator."""
+    """Recorded calls per case (:func:`read_calls`; of the exercising cases,
+    :func:`split_by_verdict`) → per operator."""
     ops: Dict[str, OpCoverage] = {}
     for key, records in sorted(calls.items()):
         for call in records:
@@ -249,11 +301,15 @@ def diff_baseline(old: Mapping[str, Sequence[str]], new: Mapping[str, Sequence[s
 
 
 def format_table(families: Sequence[FamilyCoverage], ops: Mapping[str, OpCoverage], show: int = 8,
-                 full: bool = False, by_opinfo: Optional[Mapping[str, Set[str]]] = None) -> List[str]:
+                 full: bool = False, by_opinfo: Optional[Mapping[str, Set[str]]] = None,
+                 failing: Optional[Mapping[str, Mapping[str, int]]] = None) -> List[str]:
     """Text report: per family, covered/registered and the exercised operators with their kinds
     and case counts; then the uncovered operators (``show`` per family unless ``full``); with
     ``by_opinfo`` (:func:`dispatched_by_opinfo`), every uncovered operator counted under its
-    reason (:func:`unexercised_reason`), each reason with examples (``full``: all)."""
+    reason (:func:`unexercised_reason`), each reason with examples (``full``: all). An uncovered
+    operator in ``failing`` (:func:`split_by_verdict`) is listed under "not exercised: every case
+    fails", with its cases' classes, before any other reason."""
+    failing = failing or {}
     reg = sum(len(f.registered) for f in families if f.family != "(no rule)")
     cov = sum(len(f.covered) for f in families if f.family != "(no rule)")
     lines = [f"sharding-rule coverage: {cov} of {reg} registered operators exercised "
@@ -275,10 +331,20 @@ def format_table(families: Sequence[FamilyCoverage], ops: Mapping[str, OpCoverag
         head = missing if full else missing[:show]
         more = "" if len(head) == len(missing) else f" … and {len(missing) - len(head)} more (--all)"
         lines.append(f"  {f.family} ({len(missing)}): {', '.join(head)}{more}")
+    dead = sorted(op for f in families for op in f.uncovered if op in failing)
+    if dead:
+        lines.append(f"not exercised: every case fails ({len(dead)} operators; cases by class):")
+        for op in dead if full else dead[:4 * show]:
+            classes = "; ".join(f"{n} {why}" for why, n in sorted(failing[op].items(), key=lambda kv: -kv[1]))
+            lines.append(f"  {op}: {classes}")
+        if not full and len(dead) > 4 * show:
+            lines.append(f"  … and {len(dead) - 4 * show} more (--all)")
     if by_opinfo is not None:
         reasons: Dict[str, List[str]] = {}
         for f in families:
             for op in f.uncovered:
+                if op in failing:
+                    continue
                 why = unexercised_reason(op, by_opinfo)
                 group = "dispatched on plain tensors by an OpInfo, not reached on DTensors" if op in by_opinfo else why
                 reasons.setdefault(group, []).append(op)

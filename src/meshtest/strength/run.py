@@ -18,6 +18,7 @@ from ..model.generated import OPINFO_DIR
 from ..model.scan import generated_manifest
 from ..parent.planner import select_cases
 from ..parent.runner import RunOptions, RunResult, run, scan_files
+from ..report.results import read_results, results_files
 from . import coverage, mutate
 
 #: The baseline the project test compares the cpu_level0 coverage with.
@@ -71,21 +72,30 @@ def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
     t0 = time.monotonic()
     if from_dirs:
         calls = coverage.read_calls(p for d in from_dirs for p in coverage.ops_files(d))
+        found = results_files(from_dirs)
+        verdicts = [o for path in found for o in read_results(path)]
         note = f"merged {len(calls)} case(s) recorded under {', '.join(from_dirs)}"
+        if calls and not found:
+            print(f"meshtest: no results.jsonl under {', '.join(from_dirs)}: an operator counts as exercised only "
+                  "by a case that passed or reproduced its pinned values, which only the results say", file=sys.stderr)
+            return 2
     else:
         result, calls, local, left, _ = recorded_run(files, tags, artifacts_dir, platform, patterns=patterns,
                                                   slot_dir=slot_dir)
+        verdicts = result.outcomes
         note = (f"recorded {len(calls)} of {len(local)} case(s) in the one-process lane"
                 + (f"; {left} selected case(s) need real ranks and were left out" if left else ""))
     if not calls:
         print("meshtest: no recorded calls (run with --record-ops, or select op cases)", file=sys.stderr)
         return 2
-    ops = coverage.by_operator(calls)
+    kept, failing = coverage.split_by_verdict(calls, verdicts)
+    note += f"; {len(kept)} of them passed or reproduced pinned values (the others exercise nothing)"
+    ops = coverage.by_operator(kept)
     families = coverage.by_family(ops, load_backend(platform).sharding_rules())
     # the reasons for what is not exercised come from torch's OpInfo manifests: torch only
     by_opinfo = (coverage.dispatched_by_opinfo(sorted(glob.glob(os.path.join(OPINFO_DIR, "manifest_*.json"))))
                  if platform == "torch" else None)
-    print("\n".join(coverage.format_table(families, ops, full=full, by_opinfo=by_opinfo)))
+    print("\n".join(coverage.format_table(families, ops, full=full, by_opinfo=by_opinfo, failing=failing)))
     os.makedirs(artifacts_dir, exist_ok=True)
     coverage.write_html(os.path.join(artifacts_dir, "ops-coverage.html"), families, ops)
     current = coverage.baseline_of(ops)
