@@ -159,7 +159,8 @@ def test_verdicts_on_torch(tmp_path):
 
     wrong = first("v_output_placement_wrong_label")
     assert wrong["step"] == "placement"
-    assert wrong["error"] == "output[0]: placements (Replicate(),) != expected (Shard(0),)"
+    assert wrong["error"] == ("output[0]: placements (Replicate(),) != expected (Shard(0),)\n"
+                              "signature: output[0] placements (Replicate(),) vs (Shard(0),)")
     one_rank = {f["rank"]: f for f in results["v_expect_raises_one_rank_only"]["failures"]}
     assert one_rank.keys() == {1} and "the case completed without raising" in one_rank[1]["error"]
     assert "torch.distributed.tensor.Replicate" in first("v_meshtest_placement_in_fn")["error"]
