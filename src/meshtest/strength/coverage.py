@@ -331,7 +331,7 @@ def format_table(families: Sequence[FamilyCoverage], ops: Mapping[str, OpCoverag
         head = missing if full else missing[:show]
         more = "" if len(head) == len(missing) else f" … and {len(missing) - len(head)} more (--all)"
         lines.append(f"  {f.family} ({len(missing)}): {', '.join(head)}{more}")
-    dead = sorted(op for f in families for op in f.uncovered if op in failing)
+    dead = sorted(failing)  # registered or not: no exercising case reached any of them
     if dead:
         lines.append(f"not exercised: every case fails ({len(dead)} operators; cases by class):")
         for op in dead if full else dead[:4 * show]:
