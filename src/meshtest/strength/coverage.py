@@ -160,10 +160,15 @@ def verdict_class(outcome: CaseOutcome) -> str:
     """A non-exercising case's class, as the "every case fails" list prints it: its status, the
     step its first failing rank stopped at, and for a known failure the mark's reason (the text
     after the expectation, up to its reference), e.g. ``xfail at run: a view of an unevenly
-    sharded dim ...``."""
+    sharded dim ...``; otherwise the first line of the first rank's error (``unsupported at run:
+    a random op ...``); 70 characters of either."""
     step = next((f.step for f in outcome.failures if f.step), "")
     head = f"{outcome.status.value} at {step}" if step else outcome.status.value
-    reason = outcome.known_failure.split(": ", 1)[1].rsplit(" (", 1)[0] if ": " in outcome.known_failure else ""
+    if ": " in outcome.known_failure:
+        reason = outcome.known_failure.split(": ", 1)[1].rsplit(" (", 1)[0]
+    else:  # no mark: the first line of the first error, without the platform prefix an unsupported case has
+        first = next((f.error for f in outcome.failures if f.error), "").split("\n", 1)[0]
+        reason = first.split(": ", 1)[1] if first.startswith("unsupported on platform") else first
     return f"{head}: {reason[:70]}" if reason else head
 
 
