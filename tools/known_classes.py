@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Print the generated corpus's known failures by class, from the committed manifests: one line
 per class (a rule's step, kind and the first words of its reason, with its upstream reference)
-with its case count, then the totals (cases, marked, random, value marks pinned by a signature).
+with its case count, then the totals (cases, marked, random, value marks pinned by a signature),
+then the OpInfos with no case expected to pass (every case marked or random).
 The figures docs/strength.md quotes for the classes come from this script.
 
 Usage: ``python3 tools/known_classes.py [MANIFEST_DIR]`` (default ``cases/torch/opinfo``).
@@ -22,12 +23,17 @@ def main(argv: list) -> int:
     where = argv[1] if len(argv) > 1 else os.path.join(REPO, "cases", "torch", "opinfo")
     classes: "collections.Counter[tuple]" = collections.Counter()
     total = random_ = pinned = 0
+    passing: "collections.Counter[str]" = collections.Counter()
+    random_ops = set()
     for path in sorted(glob.glob(os.path.join(where, "manifest_*.json"))):
         with open(path, encoding="utf-8") as f:
             for entry in json.load(f)["cases"]:
                 total += 1
                 random_ += bool(entry.get("random"))
                 known = entry.get("known_failure")
+                passing[entry["op"]] += not known and not entry.get("random")
+                if entry.get("random"):
+                    random_ops.add(entry["op"])
                 if known:
                     pinned += "signature" in known
                     classes[(known["step"], known["kind"], known["reason"][:80],
@@ -36,6 +42,10 @@ def main(argv: list) -> int:
         print(f"{n:6d}  {kind:8s} at {step:15s} {reason}... ({ref})")
     print(f"total: {total} generated case(s), {sum(classes.values())} marked in {len(classes)} class(es), "
           f"{pinned} of them pinned by a value signature; {random_} random")
+    none = sorted(op for op, n in passing.items() if n == 0)
+    print(f"OpInfos with no case expected to pass: {len(none)} of {len(passing)} "
+          f"({sum(op in random_ops for op in none)} random): "
+          + ", ".join(op + (" (random)" if op in random_ops else "") for op in none))
     return 0
 
 

@@ -573,7 +573,10 @@ def tiers(key: str, turn: int, by_dtype: Dict[str, List[SampleFacts]], nightly: 
     - level 0 (``cpu_local`` + ``cpu_level1``), a bounded sample: one case per OpInfo
       (:func:`level0_case`), forward only, that meets Shard (uneven where it can), Partial,
       Replicate and a 2-D mesh at once;
-    - level 1 (``cpu_level1``): every pattern of :func:`placement_patterns` for the first
+    - level 1 (``cpu_level1``): every tensor ``Replicate()`` on 2 ranks for the first float32
+      sample — the rule's baseline, where an OpInfo whose every sharded case meets a torch bug
+      still shows its rule working (or fails for a reason no placement avoids) —, and every
+      pattern of :func:`placement_patterns` for the first
       :data:`LEVEL1_SAMPLES` float32 samples (1-D patterns on 2 ranks, ``Shard`` alone on 4,
       uneven ``Shard`` alone on 3, the 2-D ones on ``(2, 2)``), the 1-D patterns of the first
       sample of the second dtype, backward on the 2-rank patterns of the first sample, and the
@@ -597,6 +600,7 @@ def tiers(key: str, turn: int, by_dtype: Dict[str, List[SampleFacts]], nightly: 
     floats = by_dtype.get("float32", [])
     if floats:
         add("float32", floats[0], *level0_case(floats[0], turn), False, LEVEL0)
+        add("float32", floats[0], (2,), [["R"]] * len(floats[0].shapes), False, LEVEL1)  # the rule's baseline
     for f in floats[:LEVEL1_SAMPLES] if not nightly else floats:
         for mesh in ((2,), (4,), (3,)) if not nightly else MESHES_1D:
             for pl in placement_patterns(f.shapes, f.dtypes, mesh, inplace=f.inplace):
