@@ -187,3 +187,27 @@ def test_triage_writes_what_each_rank_saw(tmp_path):
     written = json.loads((tmp_path / "signatures.json").read_text())["signatures"]
     assert written == {"op.a": "output[0] values 1/1 @aaaaaaaa abs 1 rel 1",
                        "op.b": "ranks 0 of 2: output[0] values 1/1 @aaaaaaaa abs 1 rel 1 | ranks 1 of 2: pass"}
+
+
+@pytest.mark.parametrize("name", ["nn.functional.conv2d.float32.s0.m2.Pavg_R",      # every element wrong
+                                  "nn.functional.conv1d.float32.s0.m2.R_S2_R"])     # a wrong global shape
+def test_the_conv_mark_no_longer_accepts_a_one_element_error_or_a_wrong_shape(name):
+    """Canary (issue 38): the convolution handler's mark, as the committed manifest gives it to a
+    case, judged against a one-element 0.001 error and a wrong shape — both ``xfail`` when the
+    mark was a message pattern alone ("elements outside|!= reference shape"), both ``fail`` now."""
+    import glob
+
+    entry = next(e for path in glob.glob(os.path.join("cases", "torch", "opinfo", "manifest_conv*.json"))
+                 for e in json.load(open(path, encoding="utf-8"))["cases"] if e["name"] == name)
+    known = KnownFailure.from_json(entry["known_failure"])
+    assert "elements outside" in known.match and known.signature  # the mark pins values
+    expected = np.linspace(-1.0, 1.0, 27, dtype=np.float32).reshape(1, 3, 9)
+    nudged = expected.copy()
+    nudged[0, 1, 4] += np.float32(0.001)
+    spec = CompareSpec.allclose(rtol=1.3e-6, atol=1e-5)
+    for actual in (nudged, expected[:, :2]):
+        with pytest.raises(CompareError) as e:
+            compare_arrays(expected, actual, "float32", "float32", spec, "output[0]")
+        assert known.matches("mismatch", "compare", e.value.report())  # the pattern alone would say xfail
+        status, text = judge(known, Status.FAIL, "compare", e.value.report(), 0)
+        assert status is Status.FAIL and "known failure, but a different one" in text
