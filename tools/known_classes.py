@@ -2,7 +2,8 @@
 """Print the generated corpus's known failures by class, from the committed manifests: one line
 per class (a rule's step, kind and the first words of its reason, with its upstream reference)
 with its case count, then the totals (cases, marked, random, value marks pinned by a signature),
-then the OpInfos with no case expected to pass (every case marked or random).
+then the OpInfos with no case expected to pass (every case marked or random), then the weak cases
+(a degenerate reference: docs/strength.md, "No verdict from a degenerate comparison") by reason.
 The figures docs/strength.md quotes for the classes come from this script.
 
 Usage: ``python3 tools/known_classes.py [MANIFEST_DIR]`` (default ``cases/torch/opinfo``).
@@ -25,6 +26,9 @@ def main(argv: list) -> int:
     total = random_ = pinned = 0
     passing: "collections.Counter[str]" = collections.Counter()
     random_ops = set()
+    weak: "collections.Counter[str]" = collections.Counter()
+    weak_ops: "collections.Counter[str]" = collections.Counter()
+    cases_of: "collections.Counter[str]" = collections.Counter()
     for path in sorted(glob.glob(os.path.join(where, "manifest_*.json"))):
         with open(path, encoding="utf-8") as f:
             for entry in json.load(f)["cases"]:
@@ -32,8 +36,12 @@ def main(argv: list) -> int:
                 random_ += bool(entry.get("random"))
                 known = entry.get("known_failure")
                 passing[entry["op"]] += not known and not entry.get("random")
+                cases_of[entry["op"]] += 1
                 if entry.get("random"):
                     random_ops.add(entry["op"])
+                if entry.get("weak"):
+                    weak[entry["weak"]] += 1
+                    weak_ops[entry["op"]] += 1
                 if known:
                     pinned += "signature" in known
                     classes[(known["step"], known["kind"], known["reason"][:80],
@@ -46,6 +54,10 @@ def main(argv: list) -> int:
     print(f"OpInfos with no case expected to pass: {len(none)} of {len(passing)} "
           f"({sum(op in random_ops for op in none)} random): "
           + ", ".join(op + (" (random)" if op in random_ops else "") for op in none))
+    every = sorted(op for op, n in weak_ops.items() if n == cases_of[op])
+    print(f"weak cases (a degenerate reference no other drawn sample could replace): {sum(weak.values())} in "
+          f"{len(weak_ops)} OpInfos ({', '.join(f'{n} {why}' for why, n in weak.most_common())}); "
+          f"every case weak: {', '.join(every) or 'none'}")
     return 0
 
 

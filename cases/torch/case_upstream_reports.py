@@ -16,6 +16,13 @@ failure with its upstream id; one it fixed is a regression case that must pass.
 - pytorch/pytorch#144109: ``from_local(run_check=True)`` with the global shape given accepts
   locals that are not torch's chunk layout (1 and 3 columns of 4); the layout check before the
   gather names the ranks (still wrong; the fix is to refuse at ``build``).
+- docs/torch-bugs.md#kwarg-tensor-kept-partial: ``linalg.pinv(a, rtol=rtol)`` with a
+  ``Partial("sum")`` tensor ``rtol`` thresholds each rank's singular values with its own part (a
+  keyword argument is not redistributed) and labels the result ``Replicate()`` (still wrong). The
+  generated corpus found it on a sample whose reference is all zero; this case gives the bug a
+  reference that is not: ``a = diag(4, 2, 1)``, ``rtol`` 0.1 + 0.3 = 0.4, so the threshold
+  0.4 * 4 = 1.6 drops the singular value 1 (``pinv = diag(0.25, 0.5, 0)``); rank 0's part 0.1
+  (threshold 0.4) keeps it, rank 1's part 0.3 (threshold 1.2) does not.
 - pytorch/pytorch#162338: gloo's ``ReduceOp.AVG`` in ``reduce_scatter`` / ``all_reduce`` summed
   instead of averaging (what FSDP2's gradient averaging uses; fixed): funcol collectives on
   replicated locals, whose average is the input itself.
@@ -56,6 +63,18 @@ register(OpShardCase(name="nll_loss_class_weight_sum_batch_s0_mesh2", fn=nll_wei
                      mesh_shape=(2,), compare=CLOSE, tags=L0))
 register(OpShardCase(name="view_s1_needs_redistribute_mesh4", fn=lambda x: x.view(-1, 6), inputs=[InputSpec((12, 8))],
                      placements=[(Shard(1),)], mesh_shape=(4,), compare=EXACT, tags=L0))
+register(OpShardCase(name="pinv_partial_rtol_kwarg_mesh2", fn=lambda a, rtol: torch.linalg.pinv(a, rtol=rtol),
+                     inputs=[InputSpec((3, 3), data=[[4.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 1.0]]),
+                             LocalInput((), lambda c: (0.1, 0.3)[c[0]])],
+                     placements=[(Replicate(),), (Partial("sum"),)], mesh_shape=(2,), compare=CLOSE, tags=L0,
+                     known_failure=KnownFailure(
+                         kind="mismatch", step="compare", match=r"output\[0\]: 1 of 9 elements outside",
+                         signature="ranks 0 of 2: output[0] values 1/9 @7df8b9f2 abs 1 rel inf | ranks 1 of 2: pass",
+                         reason="linalg_pinv's rule wants rtol Replicate() but a keyword argument is not "
+                                "redistributed: each rank thresholds with its own part of a Partial rtol and the "
+                                "output is labelled Replicate(); rank 0 keeps the singular value 1 its part 0.1 "
+                                "does not drop",
+                         upstream="docs/torch-bugs.md#kwarg-tensor-kept-partial")))
 #: a Partial(sum) scalar whose ranks hold 10 and 35 (the sums of 0..4 and 5..9)
 PARTIAL_45 = LocalInput((), lambda c: (10.0, 35.0)[c[0]])
 register(OpShardCase(name="partial_scalar_plus_python_number_mesh2", fn=lambda s: s + 10, inputs=[PARTIAL_45],

@@ -81,7 +81,7 @@ def test_the_committed_manifests_pass_the_landing_check_and_each_kind_of_drift_i
     assert "run it and commit the result" in text and COMMAND in text
 
 
-@nightly  # regenerates all 41,290 cases (~2.5 min on 2 cores); every landing runs the incremental check above
+@nightly  # regenerates all 41,285 cases (~2.5 min on 2 cores); every landing runs the incremental check above
 def test_the_whole_regeneration_equals_the_committed_manifests_and_a_stale_file_is_named(tmp_path):
     files = manifests(known=load_known(os.path.join(COMMITTED, "known_failures.json")))
     assert differences(COMMITTED, files) == ([], []), f"run: {COMMAND}, and commit"
@@ -159,6 +159,26 @@ def test_random_is_told_by_the_seed_and_by_filled_memory_never_by_the_last_bits(
                     if facts is not None:  # else a sample the generator leaves out (``why``)
                         seen.append(facts.random)
         assert seen and set(seen) == {expect}, (key, seen)
+
+
+def test_a_degenerate_reference_is_weak_and_goes_after_the_samples_that_can_tell():
+    """``weak_reference`` from its documented cases (issue 38, item 6): no element, every element
+    0 or within float32's atol (1e-5) of 0, every float element NaN/Inf, a mix of those; one
+    element that tells is enough. And the generator draws another sample first: ``zeros_like``
+    has no sample that tells (its cases are weak), ``argmin``'s first level-1 samples are not."""
+    import torch
+
+    weak = torch_opinfo.weak_reference
+    assert weak([torch.empty(0, 3)]) == "empty output"
+    assert weak([torch.zeros(3), torch.full((2,), 5e-6)]) == "all-zero reference"
+    assert weak([torch.zeros(2, dtype=torch.bool)]) == "all-zero reference"
+    assert weak([torch.tensor([float("nan"), float("inf")])]) == "non-finite reference"
+    assert weak([torch.tensor([0.0, float("nan")])]) == "zero or non-finite reference"
+    assert weak([torch.tensor([0.0, 1e-3])]) == "" and weak([torch.zeros(2), torch.tensor([1])]) == ""
+    found = torch_opinfo.discover({**torch_opinfo._rules()}, only=["zeros_like", "argmin"])
+    assert all(f.weak for f in found.ops["zeros_like"]["float32"])
+    first = found.ops["argmin"]["float32"]
+    assert not any(f.weak for f in first[:torch_opinfo.LEVEL1_SAMPLES]) and any(f.weak for f in first)
 
 
 @pytest.mark.parametrize("op", ["sum", "avg", "max", "min"])

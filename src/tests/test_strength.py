@@ -97,6 +97,25 @@ def test_only_a_pass_or_a_pinned_known_failure_exercises_an_operator():
         "aten.add.Tensor: 1 xfail at run: no rule for it; 1 fail at compare: boom" in text
 
 
+def test_a_weak_case_exercises_nothing_even_when_it_passes(tmp_path):
+    """A generated case whose reference is degenerate (all zero, empty, non-finite) cannot tell a
+    wrong answer from a right one: its pass does not count (issue 38, item 6)."""
+    from meshtest.contract import CaseOutcome
+    from meshtest.status import Status
+
+    manifest = tmp_path / "manifest_x.json"
+    manifest.write_text(json.dumps({"cases": [{"name": "zeros_like.s0", "weak": "all-zero reference"},
+                                              {"name": "add.s0", "weak": ""}]}))
+    weak = coverage.weak_cases([str(manifest)])
+    assert weak == {"zeros_like.s0": "all-zero reference"}
+    calls = {"f.py::zeros_like.s0": [_call("aten.zeros_like.default", [((4,), ("S(0)",))])],
+             "f.py::add.s0": [_call("aten.add.Tensor", [((4,), ("S(0)",))])]}
+    verdicts = [CaseOutcome(name, "f.py", "g", 2, Status.PASS) for name in ("zeros_like.s0", "add.s0")]
+    kept, failing = coverage.split_by_verdict(calls, verdicts, weak)
+    assert sorted(kept) == ["f.py::add.s0"]
+    assert failing == {"aten.zeros_like.default": {"weak: all-zero reference": 1}}
+
+
 def test_every_operator_not_exercised_is_counted_under_a_reason(tmp_path):
     manifest = {"cases": [{"op": "addmm", "aten": ["aten.addmm.default", "aten.mm.default"]}]}
     (tmp_path / "manifest_x.json").write_text(json.dumps(manifest))

@@ -332,6 +332,7 @@ class SampleFacts:
     random: bool = False  # runs from two seeds differ, or with filled memory (a random op, uninitialised memory)
     inplace: List[int] = field(default_factory=list)  # tensors the op writes into (version counter bumped)
     variants: List[str] = field(default_factory=list)  # "inplace", "out": what else gives the same result here
+    weak: str = ""  # why its reference cannot tell a wrong answer from a right one (:func:`weak_reference`)
 
 
 class _AtenOps(TorchDispatchMode):
@@ -404,9 +405,39 @@ def sample_facts(op: Any, key: str, dtype: str, index: int, sample: Any,
                         inplace=[i for i, t in enumerate(first) if t._version != versions[i]])
     if op.supports_autograd and dtype in FLOATS:
         facts.grad_inputs = _grad_inputs(op, sample, ts)
+    if not random_:
+        facts.weak = weak_reference([o for _, o in outs])
     if not random_ and not facts.inplace and isinstance(out, torch.Tensor):
         facts.variants = [v for v in VARIANTS[1:] if _variant_agrees(op, sample, ts, v, out)]
     return facts, ""
+
+
+def weak_reference(outs: Sequence[torch.Tensor]) -> str:
+    """Why a sample's forward outputs cannot tell a wrong answer from a right one, or ``""``:
+    ``"empty output"`` (no element to compare), ``"all-zero reference"`` (every element 0, or
+    within its dtype's ``atol`` of 0, :data:`TOLERANCES`: a partial sum never reduced, a shard
+    taken from the wrong rank, both give zeros too), ``"non-finite reference"`` (every float
+    element NaN or ±Inf: compared place for place, any finite mistake aside), or
+    ``"zero or non-finite reference"`` for a mix of the last two."""
+    if all(o.numel() == 0 for o in outs):
+        return "empty output"
+    zero = nonfinite = True
+    for o in outs:
+        if o.numel() == 0:
+            continue
+        if o.is_floating_point() or o.is_complex():
+            atol = TOLERANCES.get(DTYPE_NAMES.get(o.dtype, ""), (0.0, 0.0))[1]
+            finite = torch.isfinite(o)
+            small = finite & (o.abs() <= atol)
+            zero = zero and bool(small.all())
+            nonfinite = nonfinite and not bool(finite.any())
+            if not bool((small | ~finite).all()):
+                return ""
+        else:
+            nonfinite = False
+            if bool((o != 0).any()):
+                return ""
+    return "all-zero reference" if zero else "non-finite reference" if nonfinite else "zero or non-finite reference"
 
 
 def _with_filled_memory(op: Any, sample: Any, ts: Sequence[torch.Tensor]) -> Any:
@@ -709,8 +740,8 @@ def discover(rules: Dict[str, str], only: Optional[Iterable[str]] = None) -> Dis
                     usable.append(facts)
                 if len(usable) >= MAX_SAMPLES:
                     break
-            if usable:
-                by_dtype[name] = usable
+            if usable:  # a sample whose reference cannot tell right from wrong goes last: another is drawn first
+                by_dtype[name] = sorted(usable, key=lambda f: bool(f.weak))
         if "float32" not in by_dtype:
             found.skipped[key] = "no usable float32 sample: " + ", ".join(
                 f"{why} ({k})" for why, k in sorted(reasons.items(), key=lambda kv: -kv[1]))
@@ -754,7 +785,7 @@ def entry(p: Planned) -> Dict[str, Any]:
         "placements": [list(x) for x in p.placements], "kind": p.kind, "outputs": f.outputs,
         "out_dtypes": f.out_dtypes, "grad_inputs": f.grad_inputs if p.grad else [], "aten": f.aten,
         "nonfinite": f.nonfinite, "random": f.random, "inplace": [0] if p.variant == "inplace" else f.inplace,
-        "variant": p.variant,
+        "variant": p.variant, "weak": f.weak,
     }
 
 
@@ -1063,7 +1094,7 @@ def simpler(e: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
         grads = f.grad_inputs if e["grad_inputs"] else []
         out.append((f"sample {index}", _renamed(
             e, sample=index, sig=f.sig, shapes=f.shapes, dtypes=f.dtypes, outputs=f.outputs, out_dtypes=f.out_dtypes,
-            grad_inputs=grads, nonfinite=f.nonfinite, random=f.random, aten=f.aten,
+            grad_inputs=grads, nonfinite=f.nonfinite, random=f.random, aten=f.aten, weak=f.weak,
             inplace=[0] if variant == "inplace" else f.inplace)))
     return [(what, x) for what, x in out if _valid(x)]
 

@@ -20,7 +20,9 @@ rule (:func:`exercising`): one that passed, or one that reproduced a known failu
 value signature (:mod:`meshtest.model.known`, "Value signatures"). A case that failed, errored,
 was unsupported, or showed a known failure with no pinned values (a raise, a refusal) dispatched
 the operator without checking its answer; an operator only such cases reached is listed as "not
-exercised: every case fails", with those cases' classes (:func:`verdict_class`).
+exercised: every case fails", with those cases' classes (:func:`verdict_class`). A generated case
+whose reference is degenerate (``weak``: an empty output, an all-zero or non-finite reference,
+:func:`weak_cases`) exercises nothing either, whatever its verdict.
 
 No torch import: the platform is reached through the port only.
 """
@@ -172,22 +174,39 @@ def verdict_class(outcome: CaseOutcome) -> str:
     return f"{head}: {reason[:70]}" if reason else head
 
 
-def split_by_verdict(calls: Mapping[str, Sequence[Mapping[str, Any]]], outcomes: Iterable[CaseOutcome]
+def weak_cases(manifest_paths: Iterable[str]) -> Dict[str, str]:
+    """Generated case name → why its reference cannot tell a wrong answer from a right one (the
+    manifests' ``weak`` fields, :func:`meshtest.platforms.torch_opinfo.weak_reference`: an empty
+    output, an all-zero or non-finite reference), for the cases that have one."""
+    found: Dict[str, str] = {}
+    for path in manifest_paths:
+        with open(path, encoding="utf-8") as f:
+            found.update((e["name"], e["weak"]) for e in json.load(f)["cases"] if e.get("weak"))
+    return found
+
+
+def split_by_verdict(calls: Mapping[str, Sequence[Mapping[str, Any]]], outcomes: Iterable[CaseOutcome],
+                     weak: Optional[Mapping[str, str]] = None
                      ) -> Tuple[Dict[str, List[Dict[str, Any]]], Dict[str, Dict[str, int]]]:
     """The recorded calls (:func:`read_calls`) of the cases that exercise their operators
-    (:func:`exercising`), and for every other operator dispatched only by other cases, its
-    cases counted by class (:func:`verdict_class`). A case with calls but no outcome (the run did
-    not finish it) exercises nothing.
+    (:func:`exercising`, and not ``weak``: case name → why its reference is degenerate,
+    :func:`weak_cases`), and for every other operator dispatched only by other cases, its cases
+    counted by class (:func:`verdict_class`; ``weak: <why>`` for a weak case). A case with calls
+    but no outcome (the run did not finish it) exercises nothing.
 
     :returns: (calls of exercising cases, operator → class → cases)."""
+    weak = weak or {}
     verdicts = {case_key(o.file, o.case): o for o in outcomes}
-    kept = {k: [dict(c) for c in v] for k, v in calls.items() if k in verdicts and exercising(verdicts[k])}
+    kept = {k: [dict(c) for c in v] for k, v in calls.items()
+            if k in verdicts and exercising(verdicts[k]) and verdicts[k].case not in weak}
     reached = {c["op"] for v in kept.values() for c in v if "op" in c}
     failing: Dict[str, Dict[str, int]] = {}
     for key, records in sorted(calls.items()):
         if key in kept:
             continue
-        why = verdict_class(verdicts[key]) if key in verdicts else "no verdict (the run did not finish it)"
+        o = verdicts.get(key)
+        why = ("no verdict (the run did not finish it)" if o is None
+               else f"weak: {weak[o.case]}" if o.case in weak else verdict_class(o))
         for op in sorted({c["op"] for c in records if "op" in c} - reached):
             failing.setdefault(op, {}).setdefault(why, 0)
             failing[op][why] += 1

@@ -88,13 +88,17 @@ def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
     if not calls:
         print("meshtest: no recorded calls (run with --record-ops, or select op cases)", file=sys.stderr)
         return 2
-    kept, failing = coverage.split_by_verdict(calls, verdicts)
+    manifests = sorted(glob.glob(os.path.join(OPINFO_DIR, "manifest_*.json"))) if platform == "torch" else []
+    weak = coverage.weak_cases(manifests)
+    kept, failing = coverage.split_by_verdict(calls, verdicts, weak)
+    weak_passed = sum(1 for o in verdicts if o.case in weak and coverage.exercising(o))
+    if weak_passed:
+        note += f"; {weak_passed} weak (a degenerate reference: passed, exercising nothing)"
     note += f"; {len(kept)} of them passed or reproduced pinned values (the others exercise nothing)"
     ops = coverage.by_operator(kept)
     families = coverage.by_family(ops, load_backend(platform).sharding_rules())
     # the reasons for what is not exercised come from torch's OpInfo manifests: torch only
-    by_opinfo = (coverage.dispatched_by_opinfo(sorted(glob.glob(os.path.join(OPINFO_DIR, "manifest_*.json"))))
-                 if platform == "torch" else None)
+    by_opinfo = coverage.dispatched_by_opinfo(manifests) if platform == "torch" else None
     print("\n".join(coverage.format_table(families, ops, full=full, by_opinfo=by_opinfo, failing=failing)))
     os.makedirs(artifacts_dir, exist_ok=True)
     coverage.write_html(os.path.join(artifacts_dir, "ops-coverage.html"), families, ops)
