@@ -19,7 +19,7 @@ now and with ``--pack fill`` on 8 NPUs); ``--pants-before REF``, the main job at
    executor as configured), durations scaled by ``--scale``; its slot-time utilization is set
    next to the TP plan's plan (the 8-card packing rule: groups packed first-fit-decreasing into 8-card
    batches that run one after another, each lasting as long as its longest group) on the same mix.
-3. ``--verdicts`` (needs ``--python``, an interpreter with torch: see README "Running without
+3. ``--verdicts`` (needs ``--python``, an interpreter with torch: see docs/running.md "Running without
    Pants"): the per-case cost of case isolation (state snapshot, reseed, compare; in one
    process), the per-case cost of collective checks (a 2-rank DTensor workload with and without
    ``TORCH_DISTRIBUTED_DEBUG=DETAIL``), and with ``--before REF`` the cpu_level0 main job's wall

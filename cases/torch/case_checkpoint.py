@@ -29,7 +29,7 @@ register(OpShardCase(name="dcp_roundtrip_then_matmul_grad_mesh2", fn=lambda a, b
                      inputs=[InputSpec((5, 4), requires_grad=True), InputSpec((4, 3), requires_grad=True)],
                      placements=[(Shard(0),), (Replicate(),)], checkpoint_inputs=((Shard(1),), None),
                      mesh_shape=(2,), compare=CompareSpec.allclose(), tags=L0, simulation_limit=DCP))
-# Every declared step at once (the README's example): a to the contraction dim, b through a DCP
+# Every declared step at once (docs/cases.md's example): a to the contraction dim, b through a DCP
 # round trip, the Partial(sum) product reduce-scattered to rows.
 register(OpShardCase(
     name="dcp_then_mm_partial_reduce_scattered_mesh2", fn=lambda a, b: a @ b,
