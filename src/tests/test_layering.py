@@ -82,3 +82,55 @@ def test_the_rule_checker_sees_a_violation(tmp_path):
     (pkg / "model" / "__init__.py").write_text("")
     (pkg / "model" / "spec.py").write_text("from ..parent import launch\nfrom . import rules\n")
     assert _broken(_imports(str(pkg))) == ["meshtest.model.spec imports meshtest.parent"]
+
+
+def _cycles(imports: Dict[str, Set[str]]) -> list:
+    """The import circles among ``imports``' modules (Tarjan's strongly connected components of
+    more than one module; an import of the module's own package does not count: a package's
+    ``__init__`` re-exports its modules), each as its sorted module names."""
+    graph = {m: {t for t in ts if t in imports and not m.startswith(t + ".")} for m, ts in imports.items()}
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: list = []
+    on: Set[str] = set()
+    found: list = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_no_import_circles_even_through_imports_inside_functions():
+    assert _cycles(_imports()) == []
+
+
+def test_the_circle_checker_sees_a_circle_through_a_function_level_import(tmp_path):
+    pkg = tmp_path / "meshtest"
+    (pkg / "rank").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "rank" / "__init__.py").write_text("")
+    (pkg / "rank" / "pipeline.py").write_text("def run():\n    from .train import run_train\n")
+    (pkg / "rank" / "train.py").write_text("from .pipeline import run\nfrom meshtest import rank\n")
+    assert _cycles(_imports(str(pkg))) == [["meshtest.rank.pipeline", "meshtest.rank.train"]]

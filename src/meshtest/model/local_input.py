@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Sequence, Tuple
 import numpy as np
 
 from ..errors import CaseDeclarationError
+from .dtypes import DTYPES, FLOAT_DTYPES
 from .placement import Partial, Placement, Replicate, Shard
 
 #: A mesh coordinate, one index per mesh dimension (rank ``r`` is ``np.unravel_index(r, mesh_shape)``).
@@ -39,7 +40,7 @@ class LocalInput:
     :param local: ``local(coord) -> array-like``: the local tensor of the rank at mesh coordinate
         ``coord`` (a tuple, one index per mesh dimension). Must be deterministic: every rank
         calls it for every coordinate.
-    :param dtype: one of :data:`meshtest.model.spec.DTYPES`; integer dtypes may be ``Partial``.
+    :param dtype: one of :data:`meshtest.model.dtypes.DTYPES`; integer dtypes may be ``Partial``.
     :param requires_grad: the distributed input is a leaf that requires grad (float dtypes only);
         its gradient is compared with the reference input's, like an ``InputSpec``'s.
     :param checked: ``True`` (default): meshtest requires the locals to assemble (:func:`assemble`)
@@ -63,8 +64,6 @@ class LocalInput:
 
     def validate(self, file: str, case: str, index: int) -> "LocalInput":
         """Rules ``input-shape``, ``input-dtype``, ``local-input``; returns a normalised copy."""
-        from .spec import DTYPES, FLOAT_DTYPES
-
         where = f"inputs[{index}]"
         if not isinstance(self.shape, (tuple, list)) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in self.shape

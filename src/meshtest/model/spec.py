@@ -17,18 +17,15 @@ import numpy as np
 
 from ..errors import CaseDeclarationError
 from . import rules, schema
+from .dtypes import DTYPES, FLOAT_DTYPES
 from .known import KnownFailure
+from .local_input import LocalInput
 from .placement import Partial
 from .scan import ScannedCase
 
-#: Platform-agnostic dtype names. bfloat16 has no NumPy type: it is built as float32 and
-#: the backend casts it (so its values are the float32 values rounded to bfloat16).
-DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool")
 #: Input initialisers (the InputSpec fields).
 INITS = ("randn", "uniform", "ones", "zeros", "arange")
 
-#: The float dtypes (``randn``, ``requires_grad`` and non-finite checks apply to these).
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
@@ -607,8 +604,6 @@ def _check_timeout(file: str, name: str, timeout_s: Any) -> None:
 
 def _check_inputs(file: str, name: str, inputs: Any) -> Tuple[Any, ...]:
     """Rule ``inputs``: a list of :class:`InputSpec` / ``LocalInput``, each valid."""
-    from .local_input import LocalInput
-
     if not isinstance(inputs, (list, tuple)) or not all(isinstance(s, (InputSpec, LocalInput)) for s in inputs):
         raise CaseDeclarationError(file, name, "inputs", "inputs must be a list of InputSpec or LocalInput")
     return tuple(s.validate(file, name, i) for i, s in enumerate(inputs))

@@ -54,7 +54,7 @@ from ..model.scan import ScannedCase, case_id, scan_case_file
 from ..platforms.backend import ShardBackend, load_backend
 from ..proctree import die_with_parent
 from ..status import Status
-from . import pipeline
+from . import dispatch, pipeline
 from .slow import CaseClock
 from .train import CaseFiles, PhaseRun
 
@@ -185,7 +185,7 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
 
         with _recording(plan, sc, backend, rank, simulated), CaseClock(timeout_s, backend.library_paths()) as clock:
             clock.step("build")
-            result = pipeline.run(case, backend, mesh, on_step, phase, files)
+            result = dispatch.run(case, backend, mesh, on_step, phase, files)
         changes = state_changes(before, backend.global_state())
         if changes:
             backend.restore_global_state(before)

@@ -126,21 +126,6 @@ def _completed(step: str, expect: Optional[ExpectRaises], default_step: Optional
     return StepResult(Status.PASS, step, "", notes)
 
 
-def run(case: Any, backend: ShardBackend, mesh: Any, on_step: OnStep = None, phase: Any = None,
-        files: Any = None) -> StepResult:
-    """Run ``case`` of any kind on this rank (see :func:`run_case`, :func:`run_scenario`,
-    :func:`meshtest.rank.train.run_train`; ``phase``: a
-    :class:`meshtest.rank.train.PhaseRun` for one phase of a phased training case; ``files``: its
-    :class:`meshtest.rank.train.CaseFiles`)."""
-    if isinstance(case, ScenarioCase):
-        return run_scenario(case, backend, mesh, on_step)
-    if case.kind == "train":
-        from .train import run_train
-
-        return run_train(case, backend, mesh, on_step, phase, files)
-    return run_case(case, backend, mesh, on_step, None if files is None else os.path.join(files.case_dir, "checkpoint"))
-
-
 class _PassedExpectedStep(Exception):
     """Raised by :meth:`_Steps.enter` when an ``expect_raises`` case leaves the step the
     exception was expected in: the verdict (fail) is known, and the later steps hold

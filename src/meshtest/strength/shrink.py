@@ -28,9 +28,9 @@ from ..model.generated import GENERATORS, read_manifest
 from ..model.rules import normalised_dim_names, world_size
 from ..model.scan import generated_manifest
 from ..platforms.backend import load_backend
-from ..rank import pipeline
+from ..rank import dispatch
 from ..rank.entry import case_seed
-from .triage import error_kind
+from ..report.results import error_kind
 
 #: The most simplification runs one shrink makes.
 MAX_RUNS = 200
@@ -52,10 +52,11 @@ class Shrunk:
 
 
 def failure_kind(status: str, error: str) -> str:
-    """The error kind of :func:`meshtest.strength.triage.error_kind`, a mismatch told apart by what
+    """The error kind of the message's first line (:func:`meshtest.report.results.error_kind`, as
+    :func:`meshtest.strength.triage.error_kind` names it), a mismatch told apart by what
     differs (``mismatch:shape`` or ``mismatch:values``): shrinking keeps that too, so that a wrong
     value does not shrink into a different bug that happens to fail at the same step."""
-    kind = error_kind(status, error)
+    kind = error_kind(status, error.splitlines()[0] if error else "")
     if kind == "mismatch":
         return "mismatch:shape" if "!= reference shape" in error else "mismatch:values"
     return kind
@@ -79,7 +80,7 @@ class _Runner:
             self.backend.set_world(world)
         mesh = self.backend.make_mesh(shape, normalised_dim_names(len(shape)))
         self.backend.seed(case_seed(case.name))
-        result = pipeline.run(case, self.backend, mesh)
+        result = dispatch.run(case, self.backend, mesh)
         if result.status.value == "pass":
             return ("", "pass", "")
         return (result.step, failure_kind(result.status.value, result.error), result.error)
