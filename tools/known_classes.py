@@ -3,7 +3,8 @@
 per class (a rule's step, kind and the first words of its reason, with its upstream reference)
 with its case count, then the totals (cases, marked, random, value marks pinned by a signature),
 then the OpInfos with no case expected to pass (every case marked or random), then the weak cases
-(a degenerate reference: docs/strength.md, "No verdict from a degenerate comparison") by reason.
+(a degenerate reference: docs/strength.md, "No verdict from a degenerate comparison") by reason;
+and the level-0 sample's marks by reference.
 The figures docs/strength.md quotes for the classes come from this script.
 
 Usage: ``python3 tools/known_classes.py [MANIFEST_DIR]`` (default ``cases/torch/opinfo``).
@@ -29,6 +30,7 @@ def main(argv: list) -> int:
     weak: "collections.Counter[str]" = collections.Counter()
     weak_ops: "collections.Counter[str]" = collections.Counter()
     cases_of: "collections.Counter[str]" = collections.Counter()
+    level0: "collections.Counter[str]" = collections.Counter()
     for path in sorted(glob.glob(os.path.join(where, "manifest_*.json"))):
         with open(path, encoding="utf-8") as f:
             for entry in json.load(f)["cases"]:
@@ -42,6 +44,8 @@ def main(argv: list) -> int:
                 if entry.get("weak"):
                     weak[entry["weak"]] += 1
                     weak_ops[entry["op"]] += 1
+                if known and "cpu_local" in entry["tags"]:
+                    level0[known.get("upstream") or "divergence"] += 1
                 if known:
                     pinned += "signature" in known
                     classes[(known["step"], known["kind"], known["reason"][:80],
@@ -50,6 +54,8 @@ def main(argv: list) -> int:
         print(f"{n:6d}  {kind:8s} at {step:15s} {reason}... ({ref})")
     print(f"total: {total} generated case(s), {sum(classes.values())} marked in {len(classes)} class(es), "
           f"{pinned} of them pinned by a value signature; {random_} random")
+    print(f"level 0 (cpu_local): {sum(level0.values())} marked in {len(level0)} group(s) by reference: "
+          + ", ".join(f"{ref} {n}" for ref, n in level0.most_common()))
     none = sorted(op for op, n in passing.items() if n == 0)
     print(f"OpInfos with no case expected to pass: {len(none)} of {len(passing)} "
           f"({sum(op in random_ops for op in none)} random): "
