@@ -77,3 +77,15 @@ def test_a_rule_naming_a_case_its_reason_does_not_describe_fails_generation():
 def test_the_committed_table_states_a_predicate_for_every_known_failure_rule():
     table = load_known("cases/torch/opinfo/known_failures.json")
     assert all("requires" in r for r in table if "known_failure" in r)
+
+
+def test_an_in_float64_rule_states_its_property_too(tmp_path):
+    path = tmp_path / "known_failures.json"
+    path.write_text(json.dumps([{"names": ["a"], "in_float64": "rounding of a Partial input's reduction"}]))
+    with pytest.raises(ValueError, match="rule 0: an in_float64 rule states the case property"):
+        load_known(str(path))
+    table = [{"names": ["conv.*"], "in_float64": "a Partial input's reduction order",
+              "requires": {"any": [r"in\d:P\(\w+\)"]}}]
+    entry = {**_entry(), "dtypes": ["float32", "float32"]}
+    with pytest.raises(ValueError, match=r"rule 0: in_float64 names conv.s0.m2.S0_R, which does not have the property"):
+        apply(table, [entry])

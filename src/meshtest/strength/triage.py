@@ -39,7 +39,8 @@ they pass or fail as their ``known_failure`` says. The one-process lane then lea
 saying why; the real-rank gates run them. Only level-1 entries may have one: level 0 is the
 one-process lane's own sample.
 
-A rule may instead give ``in_float64`` (a text): the float32 cases it names differ from the
+A rule may instead give ``in_float64`` (a text, with its ``requires`` as a ``known_failure``
+has): the float32 cases it names differ from the
 single-device result by rounding only — sums re-associated by the sharding, a few ulps a function
 amplifies — which the float32 comparison cannot tell from a wrong rule. Such a case runs in
 float64 instead: the same sample (its float32 values, widened exactly), the same placements and
@@ -106,15 +107,22 @@ def load_known(path: str) -> List[Dict[str, Any]]:
         keys = set(rule) if isinstance(rule, dict) else set()
         verdicts = keys & set(_RULE_VERDICTS)
         if (len(verdicts) != 1 or keys - verdicts - {"names", "requires"} or "names" not in keys
-                or ("requires" in keys and "known_failure" not in keys)
+                or ("requires" in keys and "simulation_limit" in keys)
                 or not isinstance(rule["names"], list) or not rule["names"]):
             raise ValueError(f"{path}: rule {i} must have exactly names (a non-empty list) and one of "
-                             f"known_failure, simulation_limit, in_float64 (a known_failure with its requires); "
+                             f"known_failure, simulation_limit, in_float64 (known_failure and in_float64 with their "
+                             f"requires); "
                              f"got {rule!r}")
         text = next((k for k in ("simulation_limit", "in_float64") if k in rule), None)
         if text is not None:
             if not isinstance(rule[text], str) or not rule[text].strip():
                 raise ValueError(f"{path}: rule {i}: {text} must be a non-empty text (the reason); got {rule[text]!r}")
+            if text == "in_float64":
+                if "requires" not in rule:
+                    raise ValueError(f"{path}: rule {i}: an in_float64 rule states the case property its reason "
+                                     "stands for in requires (meshtest.strength.predicate): every case it names "
+                                     "must have it")
+                predicate.validate(rule["requires"], f"{path}: rule {i}")
             continue
         if "requires" not in rule:
             raise ValueError(f"{path}: rule {i}: a known_failure rule states the case property its reason stands "
@@ -188,6 +196,11 @@ def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]], wh
                                 "the mark otherwise)")
                         e["known_failure"]["signature"] = sig
                 elif verdict == "in_float64":
+                    unmet = predicate.unmet(rule.get("requires") or {}, e)
+                    if unmet:
+                        raise ValueError(f"known_failures.json rule {i}: in_float64 names {e['name']}, which does not "
+                                         f"have the property the rule's reason stands for (requires: "
+                                         f"{'; '.join(unmet)}); the reason is \"{rule['in_float64']}\"")
                     floats = [d for d in e.get("dtypes", []) if not d.startswith(("int", "uint", "bool"))]
                     if not floats or set(floats) != {"float32"} or e.get("known_failure"):
                         raise ValueError(f"known_failures.json rule {i}: in_float64 names {e['name']}, which is not a "
