@@ -161,6 +161,35 @@ def test_random_is_told_by_the_seed_and_by_filled_memory_never_by_the_last_bits(
         assert seen and set(seen) == {expect}, (key, seen)
 
 
+def test_a_self_seeding_op_is_random_and_its_case_is_unsupported_on_a_cpu_mesh(tmp_path):
+    """Issue 38, item 2: OpInfo wraps random ops in ``wrapper_set_seed``, which reseeds inside the
+    call, so "do two seeds differ?" asked from outside saw the same values twice and called
+    ``nn.functional.dropout`` deterministic (its cases were compared with one single-device draw
+    and marked as a torch bug). The generator now bypasses the wrapper for that question; a
+    random case runs the op on DTensors, then is ``unsupported``, naming torch's own probe
+    (``is_rng_supported_mesh``: no DTensor RNG on a CPU mesh)."""
+    import subprocess
+    import sys
+
+    op = torch_opinfo.opinfos()["nn.functional.dropout"]
+    assert torch_opinfo.seeds_itself(op) and not torch_opinfo.seeds_itself(torch_opinfo.opinfos()["add"])
+    sample = next(s for s in torch_opinfo.samples("nn.functional.dropout", "float32")
+                  if s.kwargs.get("p", 0.5) not in (0.0, 1.0) and s.kwargs.get("training", True))
+    index = torch_opinfo.samples("nn.functional.dropout", "float32").index(sample)
+    facts, why = torch_opinfo.sample_facts(op, "nn.functional.dropout", "float32", index, sample, {})
+    assert facts is not None and facts.random, why
+    out = tmp_path / "run"
+    name = "bernoulli.float32.s1.m2x2.S1Pmax"  # a level-0 case of a random op
+    subprocess.run([sys.executable, "-m", "meshtest", "run", os.path.join(COMMITTED, "case_opinfo_random.py"),
+                    "--tag", "cpu_local", "--case", name, "--artifacts-dir", str(out), "--slot-dir",
+                    str(tmp_path / "slots"), "-q"], env={**os.environ, "PYTHONPATH": os.path.join(REPO, "src")},
+                   timeout=240,
+                   capture_output=True, text=True)
+    found = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [(o["case"], o["status"]) for o in found] == [(name, "unsupported")]
+    assert "is_rng_supported_mesh" in found[0]["failures"][0]["error"]
+
+
 def test_a_degenerate_reference_is_weak_and_goes_after_the_samples_that_can_tell():
     """``weak_reference`` from its documented cases (issue 38, item 6): no element, every element
     0 or within float32's atol (1e-5) of 0, every float element NaN/Inf, a mix of those; one
