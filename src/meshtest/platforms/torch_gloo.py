@@ -24,6 +24,7 @@ from torch.distributed.tensor import Replicate as TReplicate
 from torch.distributed.tensor import Shard as TShard
 from torch.distributed.tensor.placement_types import _StridedShard as TStridedShard
 
+from ..model.layout import Layout, local_layout
 from ..model.placement import Partial, Placement, Replicate, Shard, StridedShard
 from ..model.rules import REPLICA_DIM
 from .backend import ShardBackend, TrainContext, TrainSnapshot
@@ -63,17 +64,50 @@ def _flat_optim():
     return StateDictOptions(flatten_optimizer_state_dict=True)
 
 
+class TorchLayoutError(RuntimeError):
+    """torch's local layout (``compute_local_shape_and_global_offset``) disagrees with the one
+    the placements define (:mod:`meshtest.model.layout`): torch is wrong, not the case."""
+
+
+def placement_layout(global_shape: Sequence[int], mesh_shape: Sequence[int], coordinate: Sequence[int],
+                     placements: Sequence[Any], torch_shape: Sequence[int], torch_offset: Sequence[int]) -> Layout:
+    """The layout the placements define for the rank at ``coordinate`` (:func:`meshtest.model.layout.local_layout`),
+    checked against torch's answer for it (``torch_shape``, ``torch_offset``; an empty offset:
+    torch skipped it). ``placements`` are torch's or meshtest's.
+
+    :raises TorchLayoutError: torch's local shape or global offset differs from the placements';
+        the message names the placements, the mesh coordinate and both answers."""
+    ours_p = [p if isinstance(p, Placement) else from_torch_placement(p) for p in placements]
+    ours = local_layout(tuple(global_shape), tuple(mesh_shape), tuple(coordinate), ours_p)
+    shape, offset = tuple(int(s) for s in torch_shape), tuple(int(o) for o in torch_offset)
+    if shape != ours.shape or (offset and offset != ours.offset):
+        raise TorchLayoutError(
+            f"torch's local layout is wrong: global shape {tuple(global_shape)} placed {list(ours_p)} on mesh "
+            f"{tuple(mesh_shape)}, mesh coordinate {tuple(coordinate)}: the placements give local shape "
+            f"{ours.shape} at global offset {ours.offset} (meshtest.model.layout: torch.chunk per mesh dim, left "
+            f"to right); torch's compute_local_shape_and_global_offset gives {shape} at {offset}")
+    return ours
+
+
 def _metadata(tensor: Any, value: Callable[[Any], Any] = int) -> Tuple[Any, ...]:
     """A DTensor's global metadata as plain values: ``(shape, stride, placements, layout)``
     (``value`` reads one size: a simulated rank's entry of a per-rank size); ``layout`` is
-    ``(local shape, the local shape torch lays out for the global shape and placements)``
-    (``compute_local_shape_and_global_offset``)."""
+    ``(local shape, the local shape the placements lay out for the global shape)``
+    (:func:`placement_layout`, which also holds torch's own answer to it).
+
+    :raises TorchLayoutError: see :func:`placement_layout`."""
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    expected, _ = compute_local_shape_and_global_offset(tensor.shape, tensor.device_mesh, tensor.placements)
+    mesh = tensor.device_mesh
+    expected, offset = compute_local_shape_and_global_offset(tensor.shape, mesh, tensor.placements)
+    global_shape = tuple(value(d) for d in tensor.shape)
     local = tuple(value(d) for d in tensor.to_local().shape)
-    laid = tuple(value(d) for d in expected)
-    return (tuple(value(d) for d in tensor.shape), tuple(value(d) for d in tensor.stride()),
+    try:
+        laid = placement_layout(global_shape, tuple(mesh.shape), tuple(value(c) for c in mesh.get_coordinate()),
+                                tensor.placements, [value(d) for d in expected], [value(o) for o in offset]).shape
+    except TypeError:  # a placement meshtest has no counterpart for: torch's answer is the only one
+        laid = tuple(value(d) for d in expected)
+    return (global_shape, tuple(value(d) for d in tensor.stride()),
             tuple(str(p) for p in tensor.placements), (local, laid))
 
 
@@ -105,10 +139,11 @@ def from_torch_placement(p: Any) -> Placement:
 
 def check_local_shape(rank: int, got: Sequence[int], expected: Sequence[int], global_shape: Sequence[int],
                       placements: Sequence[Placement]) -> None:
-    """:raises ValueError: ``rank``'s local shape is not the one torch lays out for it
-    (``DTensor.from_local`` would build an invalid DTensor); the message says both."""
+    """:raises ValueError: ``rank``'s local shape is not the one its placements lay out for it
+    (:func:`placement_layout`; ``DTensor.from_local`` would build an invalid DTensor); the
+    message says both."""
     if tuple(int(s) for s in expected) != tuple(got):
-        raise ValueError(f"rank {rank}: local shape {tuple(got)}, but torch lays out global shape "
+        raise ValueError(f"rank {rank}: local shape {tuple(got)}, but the placements lay out global shape "
                          f"{tuple(global_shape)} placed {list(placements)} as local shape "
                          f"{tuple(int(s) for s in expected)} here (DTensor.from_local would build an invalid DTensor)")
 
@@ -457,8 +492,10 @@ class TorchGlooBackend(ShardBackend):
         tp = [to_torch_placement(p) for p in placements]
         if not checked:
             return dtensor_as_given(self.make_tensor(array, dtype), mesh, tp, global_shape, requires_grad)
-        expected, _ = compute_local_shape_and_global_offset(torch.Size(global_shape), mesh, tp)
-        check_local_shape(self.rank(), array.shape, expected, global_shape, placements)
+        expected, offset = compute_local_shape_and_global_offset(torch.Size(global_shape), mesh, tp)
+        laid = placement_layout(global_shape, tuple(mesh.shape), tuple(mesh.get_coordinate()), placements,
+                                expected, offset)
+        check_local_shape(self.rank(), array.shape, laid.shape, global_shape, placements)
         return dtensor_from_local(self.make_tensor(array, dtype), mesh, tp, global_shape, requires_grad)
 
     def redistribute(self, tensor: Any, mesh: Any, placements: Sequence[Placement]) -> Any:

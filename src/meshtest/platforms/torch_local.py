@@ -35,6 +35,7 @@ from .torch_gloo import (
     check_local_shape,
     dtensor_as_given,
     dtensor_from_local,
+    placement_layout,
     to_torch_placement,
 )
 
@@ -88,13 +89,16 @@ class TorchLocalBackend(TorchGlooBackend):
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
         tp = [to_torch_placement(p) for p in placements]
-        expected, _ = compute_local_shape_and_global_offset(torch.Size(global_shape), mesh, tp)
+        expected, offset = compute_local_shape_and_global_offset(torch.Size(global_shape), mesh, tp)
         coords = mesh.get_coordinate()
         per_rank = {}
         for r in self.ranks():
-            array = locals_[tuple(int(_rank_value(c, r)) for c in coords)]
+            coord = tuple(int(_rank_value(c, r)) for c in coords)
+            array = locals_[coord]
+            laid = placement_layout(global_shape, tuple(mesh_shape), coord, placements,
+                                    [_rank_value(s, r) for s in expected], [_rank_value(o, r) for o in offset])
             if checked:
-                check_local_shape(r, array.shape, [_rank_value(s, r) for s in expected], global_shape, placements)
+                check_local_shape(r, array.shape, laid.shape, global_shape, placements)
             per_rank[r] = self.make_tensor(array, dtype)
         with maybe_disable_local_tensor_mode():
             local = LocalTensor(per_rank)
