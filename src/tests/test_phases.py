@@ -192,3 +192,17 @@ def test_a_phase_inherits_what_it_does_not_declare():
         (4,), ("dp",), print, "dp", 3)
     assert case.phase_start(1) == 0 and case.phase_start(2) == 2
     assert case.phase_meshes() == (((2,), ("dp",)), ((4,), ("dp",)))
+
+
+def test_a_mark_on_a_later_phase_leaves_earlier_phases_unjudged():
+    """A phased case marked at ``phase2 resume`` passes phase 1 plainly (held for phase 2, which
+    the mark judges); a mark at phase 1, or on an unphased case, judges as always."""
+    from meshtest import KnownFailure
+    from meshtest.model.known import marks_a_later_phase
+
+    mark = KnownFailure(kind="raises", step="phase2 resume", match="x", reason="r", upstream="pytorch/pytorch#1")
+    assert marks_a_later_phase(mark, 1)
+    assert not marks_a_later_phase(mark, 2) and not marks_a_later_phase(mark, None)
+    assert not marks_a_later_phase(KnownFailure(kind="raises", step="run", match="x", reason="r",
+                                                upstream="pytorch/pytorch#1"), 1)
+    assert not marks_a_later_phase(None, 1)

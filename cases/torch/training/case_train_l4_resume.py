@@ -35,7 +35,7 @@ from cases.torch.training.models import (
     stack_stage,
 )
 from cases.torch.training.plans import fsdp_per_block, meta_init_fsdp, tp_blocks, tp_fsdp_2d
-from meshtest import CompareSpec, Phase, Pipeline, TrainCase, register
+from meshtest import CompareSpec, KnownFailure, Phase, Pipeline, TrainCase, register
 
 L0 = ("cpu_level0", "cpu_level1")
 L1 = ("cpu_level1",)
@@ -80,3 +80,14 @@ register(TrainCase(name="resume_tp_full_state", model=noisy_stack, data=regressi
                    optimizer=adam, scheduler=decaying_lr, steps=2, phases=(Phase(steps=2),), checkpoint="full",
                    mesh_shape=(2,), mesh_dim_names=("tp",), tags=L1, capabilities=("tp", "resume", "dcp"), layer=4,
                    requires=("tp.styles",)))
+# The default optimizer (SGD without momentum) keeps no state: torch's full optimizer state dict
+# of it cannot be loaded back (the Adam and momentum cases above never meet this).
+register(TrainCase(name="resume_fsdp2_full_state_stateless_sgd", model=noisy_stack, data=regression, loss=mse,
+                   parallelize=fsdp_per_block, steps=2, batch_split="dp", phases=(Phase(steps=2),),
+                   checkpoint="full", mesh_shape=(2,), mesh_dim_names=("dp",), tags=L0,
+                   capabilities=("fsdp", "resume", "dcp"), layer=4, requires=("fsdp2",),
+                   known_failure=KnownFailure(
+                       kind="raises", step="phase2 resume", match=r"AssertionError: Expected device to be set",
+                       reason="set_optimizer_state_dict of a full optimizer state dict whose state is empty (a "
+                              "stateless optimizer: plain SGD) asserts instead of loading the param groups",
+                       upstream="docs/torch-bugs.md#full-osd-stateless-optimizer")))

@@ -268,6 +268,14 @@ def _parts_agree(recorded: str, seen: str) -> bool:
     return True
 
 
+def marks_a_later_phase(known: Optional[KnownFailure], phase: Optional[int]) -> bool:
+    """Whether ``known`` names a step of a later phase than ``phase`` (a phased training case's
+    1-based phase; its steps are ``phase<k> <step>``, e.g. ``phase2 resume``): an earlier phase
+    that passes is not judged against it (it is held for the next phase, which is)."""
+    m = re.match(r"phase(\d+) ", known.step) if known is not None and phase is not None else None
+    return m is not None and int(m.group(1)) > phase
+
+
 def pins_values(described: str) -> bool:
     """Whether a mark's text (:meth:`KnownFailure.describe`, as a case outcome carries it in
     ``known_failure``) records a value signature: an ``xfail`` under it reproduced the exact

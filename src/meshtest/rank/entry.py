@@ -48,7 +48,7 @@ from ..contract import (
 )
 from ..errors import CaseFileError, MeshtestError
 from ..model import rules
-from ..model.known import judge
+from ..model.known import judge, marks_a_later_phase
 from ..model.registry import BrokenCase, Registry, check_against_scan, load_case_file
 from ..model.scan import ScannedCase, case_id, scan_case_file
 from ..platforms.backend import ShardBackend, load_backend
@@ -192,7 +192,10 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
         result = isolated(result, changes)
     faulthandler.cancel_dump_traceback_later()
     elapsed = time.perf_counter() - t0
-    status, error = judge(case.known_failure, result.status, result.step, result.error, None if simulated else rank)
+    later = (not isinstance(case, BrokenCase) and result.status is Status.PASS
+             and marks_a_later_phase(case.known_failure, sc.phase))
+    status, error = ((result.status, result.error) if later else
+                     judge(case.known_failure, result.status, result.step, result.error, None if simulated else rank))
     near = None if isinstance(case, BrokenCase) else clock.note(elapsed)
     detail = "\n".join(n for n in (result.detail, near) if n)
     for r in simulated or (rank,):
