@@ -333,7 +333,7 @@ def main() -> int:
         if args.lanes:
             bench_lanes(args.python)
         if args.model:
-            import packing_model
+            import packing_model  # pants: no-infer-dep (tools/packing_model.py: a dependency in tools/BUILD)
 
             packing_model.report(args.tag, args.model, args.durations)
         if args.pants_before:

@@ -101,7 +101,7 @@ def test_the_longest_chain_of_work_starts_first():
 
 
 def test_the_model_replays_the_real_level0_plan_and_fill_beats_the_plan_before():
-    import packing_model as pm
+    import packing_model as pm  # pants: no-infer-dep (tools/packing_model.py, a dependency in BUILD)
 
     durations = {}
     covered = {}
