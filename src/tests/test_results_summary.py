@@ -1,8 +1,8 @@
-"""tools/results_summary.py: totals count xfail apart, and a passing case whose committed golden
-curve was not compared (its curve missing from the sandbox) fails the summary, named."""
+"""tools/results_summary.py (meshtest.report.summary): totals count xfail apart, and a passing
+case whose committed golden curve was not compared (its curve missing from the sandbox) fails the
+summary, named."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
@@ -14,10 +14,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(meshtest.
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("results_summary", os.path.join(REPO, "tools", "results_summary.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from meshtest.report import summary  # tools/results_summary.py is its entry point
+
+    return summary
 
 
 def _repo(tmp_path):
@@ -43,14 +42,13 @@ def test_a_passing_case_whose_curve_was_not_compared_is_named(tmp_path):
     assert compared == ["cases/t/case_x.py::a"] and missed == ["cases/t/case_x.py::b"]
 
 
-def test_the_closing_line_counts_xfail_apart(tmp_path, capsys, monkeypatch):
+def test_the_closing_line_counts_xfail_apart(tmp_path, capsys):
     tool = _tool()
     run = tmp_path / "dist" / "t"
     run.mkdir(parents=True)
     write_results(str(run / "results.jsonl"), [CaseOutcome("p", "f.py", "w2", 2, "pass"),
                                                CaseOutcome("x", "f.py", "w2", 2, "xfail", known_failure="bug")])
-    monkeypatch.setattr(tool, "REPO", str(tmp_path))
-    assert tool.main(["results_summary.py", str(tmp_path / "dist")]) == 0
+    assert tool.main(["results_summary.py", str(tmp_path / "dist")], repo=str(tmp_path)) == 0
     out = capsys.readouterr().out
     assert "t: 1/2 passed, 1 xfailed" in out and out.splitlines()[-1] == "meshtest: 1 passed, 1 xfailed, 0 failed"
 
