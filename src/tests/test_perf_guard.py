@@ -2,16 +2,13 @@
 largest peak RSS) and the regression flags against a baseline."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
 import meshtest
+from meshtest.report import perf_guard  # tools/perf_guard.py is its entry point
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__))))
-spec = importlib.util.spec_from_file_location("perf_guard", os.path.join(REPO, "tools", "perf_guard.py"))
-perf_guard = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(perf_guard)
 
 
 def _curve(tmp_path, case, rank, wall, rss_mib):
