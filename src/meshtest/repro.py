@@ -447,7 +447,7 @@ _COMPARE_NP = '''def compare_np(label, e, a, spec):
 '''
 
 _TEMPLATE = '''#!/usr/bin/env python3
-"""{header}
+r"""{header}
 """
 import base64
 import io
@@ -604,7 +604,7 @@ if __name__ == "__main__":
 
 
 _TRAIN_TEMPLATE = '''#!/usr/bin/env python3
-"""{header}
+r"""{header}
 """
 import sys
 
