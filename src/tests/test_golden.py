@@ -76,13 +76,15 @@ def test_a_new_torch_release_compares_exactly_another_cpu_path_within_the_tolera
         check_golden(_case(), _run(1.5, 0.8), path, {**BUILD, "cpu_capability": "AVX512"}, [])
 
 
-def test_a_new_case_without_a_curve_is_a_note_and_missing_curves_fail(tmp_path):
+def test_a_new_case_without_a_curve_or_a_golden_folder_is_a_note_and_a_bad_curve_fails(tmp_path):
     notes = []
     check_golden(_case(), _run(1.0), str(tmp_path / "none.json"), BUILD, notes)
     assert notes[0].startswith(NO_GOLDEN_NOTE)
-    # the golden directory is not there (a Pants target without its curves): the case fails
-    with pytest.raises(CompareError, match=r"golden curves: .*/absent/ is not in this run's files"):
-        check_golden(_case(), _run(1.0), str(tmp_path / "absent" / "g.json"), BUILD, [])
+    # a case directory with no golden/ yet (issue 43): the same note, not a failure at step golden;
+    # a committed curve missing from a sandbox fails the summary instead (test_results_summary.py)
+    notes = []
+    check_golden(_case(), _run(1.0), str(tmp_path / "absent" / "g.json"), BUILD, notes)
+    assert len(notes) == 1 and notes[0].startswith(NO_GOLDEN_NOTE)
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(CompareError, match=r"bad.json cannot be read"):
         check_golden(_case(), _run(1.0), str(tmp_path / "bad.json"), BUILD, [])
