@@ -45,6 +45,29 @@ class Layout:
     offset: Tuple[int, ...]
 
 
+#: The fields of a distributed output's metadata compared with the reference's at step
+#: ``output-metadata`` (:mod:`meshtest.rank.metadata`), in the order they are reported.
+METADATA_FIELDS = ("stride", "contiguous", "requires_grad")
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """A tensor's global metadata as plain values.
+
+    :ivar shape: global sizes.
+    :ivar stride: global strides, in elements, one per dim.
+    :ivar contiguous: ``is_contiguous()`` of the (global) tensor.
+    :ivar dtype: the platform-agnostic dtype name (``"float32"``).
+    :ivar requires_grad: whether autograd records the tensor.
+    """
+
+    shape: Tuple[int, ...]
+    stride: Tuple[int, ...]
+    contiguous: bool
+    dtype: str
+    requires_grad: bool
+
+
 def chunk(indices: Sequence[int], n: int) -> List[List[int]]:
     """``indices`` split into ``n`` pieces as ``torch.chunk`` splits a dim: ``ceil(len / n)``
     each, then what is left, then empty pieces (``len`` 4 in 3: 2, 2, 0).

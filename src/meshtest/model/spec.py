@@ -19,6 +19,7 @@ from ..errors import CaseDeclarationError
 from . import rules, schema
 from .dtypes import DTYPES, FLOAT_DTYPES
 from .known import KnownFailure
+from .layout import METADATA_FIELDS
 from .local_input import LocalInput
 from .placement import Partial
 from .scan import ScannedCase
@@ -166,6 +167,10 @@ class CompareSpec:
     allow_nonfinite: bool = False
     #: ``check``: the property, ``fn(expected, actual)`` on NumPy arrays
     fn: Optional[Callable[[np.ndarray, np.ndarray], Any]] = None
+    #: output metadata fields not compared with the reference (:meth:`exempt_metadata`)
+    metadata_exempt: Tuple[str, ...] = ()
+    #: why they are not (:meth:`exempt_metadata`)
+    metadata_reason: str = ""
 
     @staticmethod
     def allclose(rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
@@ -193,6 +198,25 @@ class CompareSpec:
         :param reason: why closeness does not apply; shown in reports.
         """
         return CompareSpec("check", reason=reason, fn=fn)
+
+    def exempt_metadata(self, *fields: str, reason: str) -> "CompareSpec":
+        """This spec, with the output metadata ``fields`` (of ``"stride"``, ``"contiguous"``,
+        ``"requires_grad"``) left out of the check against the reference at step
+        ``output-metadata`` (:mod:`meshtest.rank.metadata`): for a difference the platform
+        documents, e.g. ``CompareSpec.equal().exempt_metadata("stride", reason="...")``.
+
+        :param reason: where the platform documents the difference; shown in reports.
+        :raises ValueError: no field, a field not compared, or an empty ``reason``.
+        """
+        unknown = [f for f in fields if f not in METADATA_FIELDS]
+        if not fields or unknown:
+            raise ValueError(f"exempt_metadata({', '.join(map(repr, fields))}): the fields compared with the "
+                             f"reference are {', '.join(METADATA_FIELDS)}")
+        if not reason.strip():
+            raise ValueError(f"exempt_metadata({', '.join(map(repr, fields))}) needs a reason: where the platform "
+                             "documents the difference")
+        return dataclasses.replace(self, metadata_exempt=tuple(dict.fromkeys(self.metadata_exempt + fields)),
+                                   metadata_reason=reason)
 
     @staticmethod
     def shape(reason: str = "") -> "CompareSpec":

@@ -58,6 +58,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..model.layout import TensorMeta
 from ..model.placement import Placement
 
 
@@ -297,6 +298,13 @@ class ShardBackend(ABC):
         collective library (gloo's size check) instead of failing the case."""
         return None
 
+    def tensor_meta(self, tensor: Any) -> Optional[TensorMeta]:
+        """The global metadata of ``tensor`` (plain or distributed) as plain values
+        (:class:`meshtest.model.layout.TensorMeta`: shape, stride, contiguity, dtype name,
+        requires_grad), compared between a distributed output and its reference at step
+        ``output-metadata``; ``None`` when the platform cannot tell (default: not compared)."""
+        return None
+
     def redistribute(self, tensor: Any, mesh: Any, placements: Sequence[Placement]) -> Any:
         """``tensor`` (distributed) redistributed to ``placements``, one per mesh dimension (an
         op case's declared step ``redistribute_inputs`` / ``redistribute_outputs``; differentiable
@@ -367,6 +375,14 @@ class ShardBackend(ABC):
         """Reset the platform's random number generators to ``seed`` before a case (every rank
         gets the same seed), so a case's random ops do not depend on the cases before it.
         Default: nothing."""
+        return None
+
+    def forget_cached_decisions(self) -> None:
+        """Drop what the platform cached from the ops of the cases before (sharding decisions,
+        output metadata), before a case, so a case's verdict depends on its own calls only: a
+        cache keyed on too little answers a later case with an earlier one's result, and which
+        case meets it would depend on the order the planner chose. A case that calls an op twice
+        still meets such a bug within itself. Default: nothing."""
         return None
 
     def explain(self, error: BaseException) -> Optional[str]:

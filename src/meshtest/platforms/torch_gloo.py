@@ -24,7 +24,7 @@ from torch.distributed.tensor import Replicate as TReplicate
 from torch.distributed.tensor import Shard as TShard
 from torch.distributed.tensor.placement_types import _StridedShard as TStridedShard
 
-from ..model.layout import Layout, local_layout
+from ..model.layout import Layout, TensorMeta, local_layout
 from ..model.placement import Partial, Placement, Replicate, Shard, StridedShard
 from ..model.rules import REPLICA_DIM
 from .backend import ShardBackend, TrainContext, TrainSnapshot
@@ -109,6 +109,13 @@ def _metadata(tensor: Any, value: Callable[[Any], Any] = int) -> Tuple[Any, ...]
         laid = tuple(value(d) for d in expected)
     return (global_shape, tuple(value(d) for d in tensor.stride()),
             tuple(str(p) for p in tensor.placements), (local, laid))
+
+
+def tensor_meta(tensor: Any, dtype: str, value: Callable[[Any], Any] = int) -> TensorMeta:
+    """``tensor``'s global metadata (:class:`meshtest.model.layout.TensorMeta`); ``value`` reads
+    one size or stride (a simulated rank's entry of a per-rank size)."""
+    return TensorMeta(tuple(value(d) for d in tensor.shape), tuple(value(d) for d in tensor.stride()),
+                      bool(tensor.is_contiguous()), dtype, bool(tensor.requires_grad))
 
 
 def to_torch_placement(p: Placement):
@@ -567,6 +574,11 @@ class TorchGlooBackend(ShardBackend):
         dist.all_gather_object(every, mine)
         return dict(enumerate(every))
 
+    def tensor_meta(self, tensor: Any) -> Optional[TensorMeta]:
+        """A DTensor's global metadata (its spec's shape and stride, ``is_contiguous()`` of the
+        wrapper), a plain tensor's own; ``None`` for anything else."""
+        return tensor_meta(tensor, self.dtype_name(tensor)) if isinstance(tensor, torch.Tensor) else None
+
     def library_paths(self) -> Tuple[str, ...]:
         return (os.path.dirname(torch.__file__),)
 
@@ -586,6 +598,16 @@ class TorchGlooBackend(ShardBackend):
 
         torch.manual_seed(seed)
         dtensor_random._rng_tracker = None
+
+    def forget_cached_decisions(self) -> None:
+        """Clears DTensor's sharding-propagation caches (the sharding decisions, in Python and in
+        the C++ dispatch fast path, and the output tensor metadata, all keyed on the op's schema): their key leaves out ``memory_format``
+        for ``_to_copy`` and the ``*_like`` factories in torch 2.13, so a case would see the
+        strides of whatever cast an earlier case made (docs/torch-bugs.md#memory-format-cache-key)."""
+        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+        _clear_sharding_prop_cache()  # torch's "recommended way": the Python cache and the C++ fast path's
+        DTensor._op_dispatcher.sharding_propagator._propagate_tensor_meta_cached.cache_clear()
 
     def explain(self, error: BaseException) -> Optional[str]:
         """Reads torch's "Detected mismatch between collectives on ranks" (collective checks on):

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch.distributed._local_tensor import LocalIntNode, LocalTensor, LocalTensorMode, maybe_disable_local_tensor_mode
 from torch.distributed.tensor import DTensor, distribute_tensor
 
+from ..model.layout import TensorMeta
 from ..model.placement import Partial, Placement
 from .torch_gloo import (
     TorchGlooBackend,
@@ -36,6 +37,7 @@ from .torch_gloo import (
     dtensor_as_given,
     dtensor_from_local,
     placement_layout,
+    tensor_meta,
     to_torch_placement,
 )
 
@@ -152,6 +154,13 @@ class TorchLocalBackend(TorchGlooBackend):
         if not isinstance(tensor, DTensor):
             return None
         return {r: _metadata(tensor, lambda d, r=r: int(_rank_value(d, r)))[:3] for r in self.ranks()}
+
+    def tensor_meta(self, tensor: Any) -> Optional[TensorMeta]:
+        """As on real ranks, read on simulated rank 0 (the ranks' agreement on shape and stride is
+        checked before, by :meth:`metadata_by_rank`)."""
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        return tensor_meta(tensor, self.dtype_name(tensor), lambda d: int(_rank_value(d, 0)))
 
     def recover_after_failure(self, timeout_s: float) -> bool:
         return True

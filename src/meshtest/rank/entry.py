@@ -10,7 +10,8 @@ ends the launch with :data:`meshtest.contract.GAVE_UP_EXIT` and the runner relau
 rest. At the deadline each rank dumps its Python stacks into its log (faulthandler).
 
 Case isolation: before each case the platform's RNGs are reseeded from the case's name
-(:func:`case_seed`) and its process-wide state is snapshot (``backend.global_state()``); a case
+(:func:`case_seed`), what it cached from earlier cases' ops is dropped
+(``backend.forget_cached_decisions()``) and its process-wide state is snapshot (``backend.global_state()``); a case
 that leaves a setting changed (``torch.set_default_dtype``, grad mode, a pushed mode, ...) is
 reported ``error`` at step ``isolation`` naming each change, and the setting is restored, so the
 next case runs clean and is not blamed.
@@ -175,6 +176,7 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
     else:
         before = backend.global_state()
         backend.seed(case_seed(case.name))
+        backend.forget_cached_decisions()
         phase = None if sc.phase is None else PhaseRun(sc.phase, len(sc.phase_meshes),
                                                        os.path.join(plan.cases_dir, case.name))
         files = CaseFiles(os.path.join(plan.cases_dir, case.name),

@@ -37,6 +37,7 @@ from ..model.spec import ExpectRaises, OpShardCase, ScenarioCase, numpy_dtype
 from ..platforms.backend import ShardBackend
 from ..status import Status
 from .compare import CompareError, compare_arrays, text_digest
+from .metadata import check_against_reference
 from .scenario import ScenarioContext
 
 log = logging.getLogger("meshtest.rank")
@@ -225,6 +226,7 @@ def _op_pipeline(case: OpShardCase, backend: ShardBackend, mesh: Any, steps: _St
     selected = _select(actual, case)
     steps.enter("output-metadata")
     _check_output_metadata(backend, selected)
+    _check_against_reference(backend, expected, selected, case)
     steps.enter("gather")
     gathered = [(i, backend.local_to_global(o)) for i, o in selected]
     steps.enter("compare")
@@ -385,6 +387,18 @@ def _check_output_metadata(backend: ShardBackend, outputs: Sequence[Tuple[int, A
                                f"platform lays out for the global shape {list(next(iter(groups))[0])}, so gathering "
                                f"it would pair collectives of different sizes: {told}",
                                f"output[{i}] local-layout @{text_digest(told)}")
+
+
+def _check_against_reference(backend: ShardBackend, expected: Sequence[Any], outputs: Sequence[Tuple[int, Any]],
+                             case: OpShardCase) -> None:
+    """Each compared output's global stride, contiguity and requires_grad against the reference
+    output's (:mod:`meshtest.rank.metadata`), the fields in ``case.compare.metadata_exempt`` left out.
+
+    :raises CompareError: a field differs (the first one, of the first output where one does)."""
+    for i, out in outputs:
+        want, got = backend.tensor_meta(expected[i]), backend.tensor_meta(out)
+        if want is not None and got is not None:
+            check_against_reference(want, got, f"output[{i}]", case.compare.metadata_exempt)
 
 
 def _compare(backend: ShardBackend, expected: Any, actual: Any, spec, label: str
