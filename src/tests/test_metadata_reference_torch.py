@@ -93,10 +93,10 @@ def _order(tmp_path, keep_caches: bool) -> dict:
         (tmp_path / "keep").mkdir(exist_ok=True)
         (tmp_path / "keep" / "sitecustomize.py").write_text(KEEP_CACHES)
         path.insert(0, str(tmp_path / "keep"))
-    proc = subprocess.run([sys.executable, "-m", "meshtest", "run", ORDER, "--lane", "local", "--local-processes", "1",
-                           "--tag", "cpu_faults", "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots"),
-                           "-q"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
-                          timeout=240)
+    args = ["run", ORDER, "--lane", "local", "--local-processes", "1", "--tag", "cpu_faults",
+            "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots"), "-q"]
+    proc = subprocess.run([sys.executable, "-m", "meshtest"] + args, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(path)}, timeout=240)
     lines = (out / "results.jsonl").read_text().splitlines() if (out / "results.jsonl").exists() else []
     found = {json.loads(line)["case"]: json.loads(line) for line in lines}
     assert set(found) == {"order_cast_s1_mesh2", "order_cast_channels_last_s1_mesh2"}, proc.stdout + proc.stderr

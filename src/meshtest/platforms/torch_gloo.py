@@ -601,9 +601,10 @@ class TorchGlooBackend(ShardBackend):
 
     def forget_cached_decisions(self) -> None:
         """Clears DTensor's sharding-propagation caches (the sharding decisions, in Python and in
-        the C++ dispatch fast path, and the output tensor metadata, all keyed on the op's schema): their key leaves out ``memory_format``
-        for ``_to_copy`` and the ``*_like`` factories in torch 2.13, so a case would see the
-        strides of whatever cast an earlier case made (docs/torch-bugs.md#memory-format-cache-key)."""
+        the C++ dispatch fast path, and the output tensor metadata, all keyed on the op's
+        schema): their key leaves out ``memory_format`` for ``_to_copy`` and the ``*_like``
+        factories in torch 2.13, so a case would see the strides of whatever cast an earlier
+        case made (docs/torch-bugs.md#memory-format-cache-key)."""
         from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 
         _clear_sharding_prop_cache()  # torch's "recommended way": the Python cache and the C++ fast path's
