@@ -21,7 +21,8 @@ mul; they are compared against the single-device autograd result whatever the in
 """
 import torch
 
-from meshtest import CompareSpec, InputSpec, OpShardCase, Partial, Replicate, Shard, register, register_sweep
+from meshtest import (CompareSpec, ExpectRaises, InputSpec, OpShardCase, Partial, Replicate, Shard, register,
+                      register_sweep)
 
 MESH2 = (2,)
 MESH4 = (4,)
@@ -227,3 +228,17 @@ register(OpShardCase(name="bin_xor_uint8_uneven_dp_tp", fn=bitwise_xor,
                              InputSpec((5, 6), init="uniform", dtype="uint8", low=0, high=255)],
                      placements=[(Shard(0), Shard(1)), (Shard(0), Replicate())], mesh_shape=MESH_2D,
                      mesh_dim_names=DP_TP, compare=EXACT, tags=L0))
+
+
+def plus_plain_bias(x):
+    """``x`` plus a bias the function makes itself: a plain tensor beside a DTensor ``x``."""
+    return x + torch.arange(6.0)
+
+
+# DTensor refuses a plain tensor beside a DTensor outside torch's experimental implicit_replication()
+# ("got mixed torch.Tensor and DTensor"); a torch that replicated it implicitly would be right too.
+# The exception's type is not part of that contract, so the case names none: any exception whose
+# message says so, or the right sum.
+register(OpShardCase(name="bin_add_plain_tensor_s0_mesh2", fn=plus_plain_bias, inputs=[InputSpec((8, 6))],
+                     placements=[(Shard(0),)], mesh_shape=MESH2, compare=EXACT, tags=L0,
+                     expect_raises=ExpectRaises(match=r"mixed torch\.Tensor and DTensor", or_pass=True)))

@@ -53,3 +53,10 @@ class Unsupported(MeshtestError, NotImplementedError):
     """Raised by a platform adapter: the platform lacks what the case needs (an API, a kernel on
     this device). The case is reported ``unsupported on platform <name>: <message>`` — counted
     and listed apart, never passed, never failed."""
+
+
+class CheckFailed(AssertionError):
+    """meshtest's own verdict that a check of a case failed (the values, the metadata, a
+    placement differ from the reference): not an exception the platform raised, so
+    ``ExpectRaises`` without an exception class never takes it for the expected raise
+    (:class:`meshtest.rank.compare.CompareError` is the one kind)."""

@@ -182,6 +182,33 @@ def test_raises_or_passes_takes_either_outcome_and_nothing_else():
     assert other.status is Status.FAIL and "got ValueError at step run" in other.error
 
 
+def _raise_other_on_dist(x):
+    if isinstance(x, Dist):
+        raise RuntimeError("unrelated failure")
+    return x
+
+
+def test_raises_anything_naming_it_or_passes_takes_any_type_but_not_another_message_or_wrong_values():
+    any_kind = ExpectRaises(match="mismatch", or_pass=True)
+    raised = run_case(_op(_raise_on_dist, expect_raises=any_kind), NumpyBackend(), None)  # a ValueError
+    assert raised.status is Status.PASS and "raised as expected: ValueError" in raised.detail
+    right = run_case(_op(lambda x: x + 0, expect_raises=any_kind), NumpyBackend(), None)
+    assert right.status is Status.PASS and "completed and right (expect_raises any exception matching" in right.detail
+    other = run_case(_op(_raise_other_on_dist, expect_raises=any_kind), NumpyBackend(), None)
+    assert other.status is Status.FAIL
+    assert other.error.startswith("expected any exception matching 'mismatch' at step run (or a pass); got "
+                                  "RuntimeError at step run: unrelated failure")
+    wrong = run_case(_op(_wrong_on_dist, expect_raises=any_kind), NumpyBackend(), None)
+    assert (wrong.status, wrong.step) == (Status.FAIL, "compare") and "neither: it completed and differs" in wrong.error
+    # meshtest's own verdict on the values is never the raise, even where the regex and the step fit it
+    at_compare = run_case(_op(_wrong_on_dist, expect_raises=ExpectRaises(match="output", step="compare")),
+                          NumpyBackend(), None)
+    assert at_compare.status is Status.FAIL and "got CompareError at step compare" in at_compare.error
+    with pytest.raises(CaseDeclarationError, match="rule expect-raises: without an exception class, expect_raises "
+                                                   "needs the regex"):
+        _op(expect_raises=ExpectRaises(or_pass=True))
+
+
 def test_unchecked_locals_go_to_the_platform_and_without_a_global_tensor_there_is_no_reference():
     class AsGiven(NumpyBackend):
         def from_locals(self, locals_, dtype, mesh, mesh_shape, placements, global_shape, requires_grad=False, *,

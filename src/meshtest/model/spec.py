@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import CaseDeclarationError
+from ..errors import CaseDeclarationError, CheckFailed
 from . import rules, schema
 from .dtypes import DTYPES, FLOAT_DTYPES
 from .known import KnownFailure
@@ -233,25 +233,32 @@ class ExpectRaises:
 
     Written in a case as ``expect_raises=(ValueError, "regex")`` or ``(ValueError, "regex",
     "step")``; for a bug whose fix may be either a raise or the right result,
-    ``expect_raises=ExpectRaises(ValueError, "regex", or_pass=True)``.
+    ``expect_raises=ExpectRaises(ValueError, "regex", or_pass=True)``; when the fix's exception
+    type is not known yet (a maintainer promising "a more obvious error"), leave the class out:
+    ``ExpectRaises(match="aten.foo", or_pass=True)`` takes any exception whose message
+    matches, raised at the step, or a right result.
 
-    :param exception: the exception class (a subclass matches).
+    :param exception: the exception class (a subclass matches); ``None``: any ``Exception``
+        except meshtest's own verdict that a check failed (:class:`meshtest.errors.CheckFailed`:
+        the values differ, which is not a raise of the platform); ``match`` must then be
+        non-empty (rule ``expect-raises``), or a typo anywhere in the case would pass.
     :param match: a regular expression searched in ``str(exception)`` (``""``: any message).
-    :param step: the step it must be raised in; ``None``: ``run`` for an op case, any step for a
-        scenario.
+    :param step: the step it must be raised in; ``None``: ``run`` for an op case, ``parallel``
+        for a training case, any step for a scenario.
     :param or_pass: the case also passes when nothing is raised and every check holds (an op
         case's outputs equal the reference, a training case's runs agree): "raises this, or is
         right". Any other exception, or a completed run whose values differ, fails naming both
         outcomes.
     """
 
-    exception: type
+    exception: Optional[type] = None
     match: str = ""
     step: Optional[str] = None
     or_pass: bool = False
 
     def describe(self) -> str:
-        text = self.exception.__name__ + (f" matching {self.match!r}" if self.match else "")
+        text = "any exception" if self.exception is None else self.exception.__name__
+        text += f" matching {self.match!r}" if self.match else ""
         text += f" at step {self.step}" if self.step else ""
         return text + (" (or a pass)" if self.or_pass else "")
 
@@ -259,7 +266,11 @@ class ExpectRaises:
         """Whether ``error``, raised at ``step``, is the expected exception."""
         import re
 
-        return (isinstance(error, self.exception) and (self.step is None or self.step == step)
+        if self.exception is None:
+            kind_ok = isinstance(error, Exception) and not isinstance(error, CheckFailed)
+        else:
+            kind_ok = isinstance(error, self.exception)
+        return (kind_ok and (self.step is None or self.step == step)
                 and re.search(self.match, str(error)) is not None)
 
 
@@ -689,7 +700,12 @@ def check_expect_raises(file: str, name: str, value: Any) -> Optional[ExpectRais
                                    f"expect_raises must be (ExceptionClass, 'regex'[, 'step']); got {value!r}")
     if spec is None:
         return None
-    if not (isinstance(spec.exception, type) and issubclass(spec.exception, BaseException)):
+    if spec.exception is None:
+        if not (isinstance(spec.match, str) and spec.match):
+            raise CaseDeclarationError(file, name, "expect-raises",
+                                       "without an exception class, expect_raises needs the regex its message must "
+                                       "match (any exception with any message would pass a typo in the case)")
+    elif not (isinstance(spec.exception, type) and issubclass(spec.exception, BaseException)):
         raise CaseDeclarationError(file, name, "expect-raises", f"{spec.exception!r} is not an exception class")
     if not isinstance(spec.match, str) or not (spec.step is None or isinstance(spec.step, str)):
         raise CaseDeclarationError(file, name, "expect-raises", "the regex and the step must be strings")

@@ -15,11 +15,12 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import CheckFailed
 from ..model.known import SIGNATURE_LINE
 from ..model.spec import CompareSpec
 
 
-class CompareError(AssertionError):
+class CompareError(CheckFailed):
     """The distributed output differs from the reference; the message says how.
 
     :ivar signature: the value signature (``output[0] values 3/16 @1a2b3c4d abs 0.027 rel
