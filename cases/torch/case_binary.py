@@ -21,8 +21,17 @@ mul; they are compared against the single-device autograd result whatever the in
 """
 import torch
 
-from meshtest import (CompareSpec, ExpectRaises, InputSpec, OpShardCase, Partial, Replicate, Shard, register,
-                      register_sweep)
+from meshtest import (
+    CompareSpec,
+    ExpectRaises,
+    InputSpec,
+    OpShardCase,
+    Partial,
+    Replicate,
+    Shard,
+    register,
+    register_sweep,
+)
 
 MESH2 = (2,)
 MESH4 = (4,)
