@@ -394,6 +394,7 @@ def _train_script(path: str, case: TrainCase) -> str:
         defs="\n\n".join(d.rstrip() for d in defs) + ("\n" + unset if unset else ""), compare=_COMPARE_NP,
         mesh_shape=tuple(case.mesh_shape), names=tuple(names), steps=case.steps, grad_accum=case.grad_accum,
         batch_split=case.batch_split, clip=case.clip_grad_norm, seed=case.seed(),
+        model_ctx=case.model_takes_context, loss_model=case.loss_takes_model,
         specs={q: _spec_tuple(case.compare.spec(q)) for q in QUANTITIES})
     compile(body, f"repro of {case.name}", "exec")
     return body
@@ -629,6 +630,8 @@ GRAD_ACCUM = {grad_accum!r}
 BATCH_SPLIT = {batch_split!r}  # a mesh axis whose ranks take distinct row-chunks of each batch
 CLIP_GRAD_NORM = {clip!r}
 MODEL_SEED = {seed!r}
+MODEL_TAKES_CONTEXT = {model_ctx!r}  # model(api, ctx): the builder gets the run's context
+LOSS_TAKES_MODEL = {loss_model!r}  # loss(output, target, model)
 COMPARE = {specs!r}  # per quantity: (kind, rtol, atol, NaN/Inf allowed) or None (not compared)
 WRAPPERS = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
 
@@ -639,6 +642,7 @@ class Context:
     def __init__(self, mesh, rank, world_size, build):
         self.mesh, self.api, self.rank, self.world_size, self.build = mesh, api, rank, world_size, build
         self.notes, self.state, self.partial = [], {{}}, False
+        self.step, self.micro, self.grad_accum = 0, 0, GRAD_ACCUM
 
     def note(self, text):
         self.notes.append(str(text))
@@ -673,7 +677,7 @@ def seed_model():
 def train(mesh, parallel):
     def build():
         seed_model()
-        return model(api)
+        return model(api, ctx) if MODEL_TAKES_CONTEXT else model(api)
 
     ctx = Context(mesh, dist.get_rank(), dist.get_world_size(), build)
     net = build()
@@ -687,6 +691,7 @@ def train(mesh, parallel):
         opt.zero_grad(set_to_none=True)
         total = None
         for micro in range(GRAD_ACCUM):
+            ctx.step, ctx.micro = step, micro
             inputs, target = data(step * GRAD_ACCUM + micro, api)
             inputs = inputs if isinstance(inputs, tuple) else (inputs,)
             if parallel and BATCH_SPLIT is not None:
@@ -695,7 +700,7 @@ def train(mesh, parallel):
                 inputs, target = parts[:-1], parts[-1]
 
             def scaled(out, tgt):
-                return loss(out, tgt) / GRAD_ACCUM
+                return (loss(out, tgt, net) if LOSS_TAKES_MODEL else loss(out, tgt)) / GRAD_ACCUM
 
             if parallel and train_step is not None:
                 value = train_step(net, inputs, target, scaled, ctx)

@@ -39,7 +39,8 @@ def test_every_layer_2_and_3_training_case_has_a_golden_curve_and_none_is_stale(
 
 
 def _case():
-    return TrainCase(name="g", model=len, data=len, loss=len, mesh_shape=(1,), tags=("cpu_level0",), layer=2,
+    return TrainCase(name="g", model=len, data=len, loss=lambda out, target: out, mesh_shape=(1,),
+                     tags=("cpu_level0",), layer=2,
                      compare=TrainCompare(loss=CompareSpec.allclose(rtol=1e-3, atol=0.0))).validated("case_g.py")
 
 
@@ -97,7 +98,8 @@ def test_a_new_case_without_a_curve_or_a_golden_folder_is_a_note_and_a_bad_curve
 def test_a_phase_compares_its_own_steps_of_the_whole_curve(tmp_path):
     from meshtest import Phase
 
-    case = TrainCase(name="g", model=len, data=len, loss=len, mesh_shape=(1,), tags=("cpu_level0",), layer=3, steps=2,
+    case = TrainCase(name="g", model=len, data=len, loss=lambda out, target: out, mesh_shape=(1,),
+                     tags=("cpu_level0",), layer=3, steps=2,
                      phases=(Phase(steps=2),)).validated("case_g.py")
     path = _golden(tmp_path, [1.5, 1.25, 1.0, 0.75])
     check_golden(case, _run(1.5, 1.25), path, BUILD, [], start=0)

@@ -167,7 +167,7 @@ def test_phase_outcomes_chain_into_one_outcome_per_case():
 
 
 def _train(**kw):
-    base = dict(name="t", model=len, data=len, loss=len, mesh_shape=(2,), mesh_dim_names=("dp",),
+    base = dict(name="t", model=len, data=len, loss=lambda out, target: out, mesh_shape=(2,), mesh_dim_names=("dp",),
                 tags=("cpu_level1",))
     return TrainCase(**{**base, **kw}).validated("case_t.py")
 

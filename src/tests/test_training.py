@@ -44,6 +44,11 @@ def _case(**kw):
     (dict(layer=5), "layer", "layer must be one of (0, 1, 2, 3, 4)"),
     (dict(clip_grad_norm=0), "train", "clip_grad_norm must be a number > 0"),
     (dict(loss=3), "train", "loss must be callable"),
+    (dict(loss=lambda out: out), "loss", "loss must be loss(output, target) or loss(output, target, model): it "
+                                          "requires 1 positional parameter(s)"),
+    (dict(model=lambda api, ctx, extra: None), "model", "model must be model(api) or model(api, ctx): it requires 3"),
+    (dict(loss=lambda out, target, model: out, pipeline=Pipeline(_split), requires=("pipelining",)), "loss",
+     "loss(output, target, model) is not for a pipeline case"),
     (dict(expect_raises=(ValueError, "x", "gather")), "expect-raises",
      "the step of expect_raises must be one of ('baseline', 'parallel', 'compare', 'golden')"),
     (dict(expect_raises=(ValueError, "x"), steps=4, stability=Stability(warmup=1, rss_growth_mb=8.0)),
@@ -82,6 +87,17 @@ def test_train_declaration_rules(kw, rule, words):
     with pytest.raises(CaseDeclarationError) as e:
         _case(**kw)
     assert f"rule {rule}" in str(e.value) and words in str(e.value)
+
+
+def test_the_forms_of_model_and_loss_are_told_by_their_required_parameters():
+    import torch.nn.functional as F
+
+    plain = _case()
+    assert not plain.model_takes_context and not plain.loss_takes_model
+    both = _case(model=lambda api, ctx: None, loss=lambda out, target, model: None)
+    assert both.model_takes_context and both.loss_takes_model
+    # a third positional parameter with a default (F.mse_loss's size_average) is never filled
+    assert not _case(loss=F.mse_loss).loss_takes_model
 
 
 def test_declared_plans_normalise_and_place_stages():

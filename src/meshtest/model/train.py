@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import inspect
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -238,6 +239,22 @@ class Stability:
     rss_growth_mb: float = 8.0
 
 
+def required_positional(fn: Callable[..., Any]) -> Optional[int]:
+    """How many positional parameters ``fn`` requires (those without a default); ``None`` when
+    Python cannot tell (a builtin without a signature). Decides the form of a training case's
+    ``model`` (``model(api)`` or ``model(api, ctx)``) and ``loss`` (``loss(output, target)`` or
+    ``loss(output, target, model)``): a parameter with a default is never filled (``F.mse_loss``'s
+    third positional parameter is ``size_average``); ``*args`` takes the first form."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in sig.parameters.values()):
+        return None  # takes any number: the first form
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in sig.parameters.values() if p.kind in kinds and p.default is inspect.Parameter.empty)
+
+
 @schema.declares(schema.TRAIN)
 @dataclass(frozen=True)
 class TrainCase(_Case):
@@ -246,10 +263,18 @@ class TrainCase(_Case):
     :param name: unique across all case files.
     :param model: ``model(api) -> module``: builds the model; called after seeding every RNG
         with :meth:`seed`, once for the baseline and once for the parallelized run, so both
-        start from the same weights.
+        start from the same weights. ``model(api, ctx)`` (two required parameters): the builder
+        also gets the run's :class:`meshtest.platforms.backend.TrainContext`, the baseline's as the
+        parallel run's, whose ``ctx.step`` and ``ctx.micro`` are set before each micro-batch's
+        forward — for a model whose forward depends on the micro-batch (a parameter used on the
+        last one only), the same in both runs.
     :param data: ``data(i, api) -> (inputs, target)``: global micro-batch ``i`` (``i = step *
         grad_accum + micro``), the same on every rank; ``inputs`` a tensor or a tuple of them.
-    :param loss: ``loss(output, target) -> scalar tensor``.
+    :param loss: ``loss(output, target) -> scalar tensor``; ``loss(output, target, model)``
+        (three required parameters) also gets the model of the run (the plain one for the
+        baseline, the parallelized one for the parallel run), for a loss that reads what the
+        forward left on a submodule (auxiliary logits). Not with ``pipeline``: torch's schedule
+        calls the loss on the last stage with ``(output, target)`` only (rule ``loss``).
     :param mesh_shape: mesh shape; the launch has ``prod(mesh_shape)`` ranks.
     :param parallelize: ``parallelize(model, ctx) -> model``: the capability under test, applied
         to the freshly built model (``ctx``: :class:`meshtest.platforms.backend.TrainContext` —
@@ -354,6 +379,16 @@ class TrainCase(_Case):
     needs_mesh = True
     simulation_limit = None
 
+    @property
+    def model_takes_context(self) -> bool:
+        """Whether ``model`` is ``model(api, ctx)`` (:func:`required_positional`)."""
+        return required_positional(self.model) == 2
+
+    @property
+    def loss_takes_model(self) -> bool:
+        """Whether ``loss`` is ``loss(output, target, model)`` (:func:`required_positional`)."""
+        return required_positional(self.loss) == 3
+
     def seed(self) -> int:
         """The seed of model building: ``crc32(f"{name}:model")``, the same for both runs."""
         return zlib.crc32(f"{self.name}:model".encode())
@@ -368,6 +403,17 @@ class TrainCase(_Case):
             if not callable(getattr(self, fname)):
                 raise CaseDeclarationError(file, name, "train",
                                            f"{fname} must be callable; got {getattr(self, fname)!r}")
+        forms = {"model": ((1, 2), "model(api) or model(api, ctx)"),
+                 "loss": ((2, 3), "loss(output, target) or loss(output, target, model)")}
+        for fname, (counts, said) in forms.items():
+            required = required_positional(getattr(self, fname))
+            if required is not None and required not in counts:
+                raise CaseDeclarationError(file, name, fname, f"{fname} must be {said}: it requires {required} "
+                                                              "positional parameter(s)")
+        if self.pipeline is not None and self.loss_takes_model:
+            raise CaseDeclarationError(file, name, "loss", "a pipeline's schedule calls the loss on the last stage "
+                                                           "with (output, target) only: loss(output, target, model) "
+                                                           "is not for a pipeline case")
         for fname in ("parallelize", "optimizer", "train_step", "scheduler"):
             value = getattr(self, fname)
             if value is not None and not callable(value):

@@ -634,7 +634,7 @@ class TorchGlooBackend(ShardBackend):
 
         def build():
             self.seed(case.seed())
-            return case.model(api)
+            return case.model(api, ctx) if case.model_takes_context else case.model(api)
 
         ctx = TrainContext(mesh=mesh, api=api, rank=self.rank(), world_size=self.world_size(), build=build,
                            notes=notes if notes is not None else [], grad_accum=case.grad_accum)
@@ -761,7 +761,10 @@ class TorchGlooBackend(ShardBackend):
             inputs = inputs if isinstance(inputs, tuple) else (inputs,)
             if parallel and case.batch_split is not None:
                 inputs, target = self._split_batch((*inputs, target), ctx.mesh, case.batch_split)
-            scaled = lambda out, tgt: case.loss(out, tgt) / case.grad_accum  # noqa: E731
+            if case.loss_takes_model:
+                scaled = lambda out, tgt: case.loss(out, tgt, model) / case.grad_accum  # noqa: E731
+            else:
+                scaled = lambda out, tgt: case.loss(out, tgt) / case.grad_accum  # noqa: E731
             if custom is not None:
                 loss = custom(model, inputs, target, scaled, ctx)
             else:
