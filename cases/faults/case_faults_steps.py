@@ -13,6 +13,11 @@ must fail at the step named in its name:
   ``Replicate()`` and the output must be ``Replicate()``: passes only if the step ran.
 * ``steps_redistribute_output_wrong``: the output is redistributed to ``Shard(0)`` while
   ``output_placements`` says ``Shard(1)``: fails at ``placement``.
+* ``steps_local_region_not_shard_local``: ``fn(x, *, local)`` normalises each column over the
+  rows in its local code while the rows are sharded (each rank divides by its own rows' sum), then
+  sums over the rows with a DTensor op: the values after the round trip are wrong, so the case
+  fails at ``compare``; ``steps_local_region_shard_local`` normalises each row instead (whole on
+  every rank) and passes, backward included.
 """
 import torch.distributed._functional_collectives as funcol
 
@@ -53,3 +58,27 @@ register(OpShardCase(name="steps_redistribute_input_reaches_fn", fn=times_one, r
 register(OpShardCase(name="steps_redistribute_output_wrong", fn=times_one, redistribute_outputs=((Shard(0),),),
                      inputs=[InputSpec((4, 4), init="arange")], placements=[(Shard(1),)], mesh_shape=(2,),
                      compare=EXACT, tags=T, output_placements=((Shard(1),),)))
+
+
+def normalise_columns(t, mesh):
+    return t / t.sum(dim=0, keepdim=True)
+
+
+def normalise_rows(t, mesh):
+    return t / t.sum(dim=1, keepdim=True)
+
+
+def columns_then_sum(x, *, local):
+    return local(normalise_columns, (Shard(0),))(x).sum(0)
+
+
+def rows_then_sum(x, *, local):
+    return local(normalise_rows, (Shard(0),))(x * 1.0).sum(0)
+
+
+POSITIVE = InputSpec((6, 4), init="uniform", low=1.0, high=2.0)
+register(OpShardCase(name="steps_local_region_not_shard_local", fn=columns_then_sum, inputs=[POSITIVE],
+                     placements=[(Shard(0),)], mesh_shape=(2,), compare=CompareSpec.allclose(), tags=T))
+register(OpShardCase(name="steps_local_region_shard_local", fn=rows_then_sum,
+                     inputs=[InputSpec((6, 4), init="uniform", low=1.0, high=2.0, requires_grad=True)],
+                     placements=[(Shard(0),)], mesh_shape=(2,), compare=CompareSpec.allclose(), tags=T))

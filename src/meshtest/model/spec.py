@@ -300,7 +300,14 @@ class OpShardCase(_Case):
     :param fn: the op under test, ``fn(*inputs, *derived)`` → tensor or tuple of tensors.
         Called once on the full inputs (reference) and once on the distributed inputs.
         With ``needs_mesh=True`` the distributed call also gets ``mesh=<DeviceMesh>`` and the
-        reference call gets ``mesh=None``.
+        reference call gets ``mesh=None``. ``fn(..., *, local)`` (a keyword-only ``local``) runs a
+        part of the distributed call on local tensors: ``local(g, *out_placements,
+        reference=None)(*tensors)`` calls ``g(*local_tensors, mesh=mesh)`` on each rank's local
+        parts and wraps its outputs with ``out_placements`` (one tuple per output; torch:
+        ``to_local`` in, ``from_local`` out, differentiable), and on the reference call runs
+        ``reference`` (default ``g``) on the full tensors with ``mesh=None``; the DTensor ops
+        after it, and the backward, go through it (rule ``local``: keyword-only, not with
+        ``local_fn``).
     :param inputs: the inputs: an :class:`InputSpec` (the full tensor, split by the platform) or a
         :class:`meshtest.model.local_input.LocalInput` (each rank's local tensor).
     :param placements: one tuple per input, each with one placement per mesh dimension.
@@ -411,6 +418,11 @@ class OpShardCase(_Case):
     layer = None
 
     @property
+    def takes_local(self) -> bool:
+        """Whether ``fn`` is ``fn(..., *, local)`` (:func:`takes_local`)."""
+        return takes_local(self.fn)
+
+    @property
     def needs_grad(self) -> bool:
         """Whether the backward step runs (some input has ``requires_grad``)."""
         return any(s.requires_grad for s in self.inputs)
@@ -427,6 +439,10 @@ class OpShardCase(_Case):
         name = rules.check_name(file, self.name)
         if not callable(self.fn):
             raise CaseDeclarationError(file, name, "fn", f"fn must be callable; got {self.fn!r}")
+        try:
+            takes_local(self.fn)
+        except ValueError as e:
+            raise CaseDeclarationError(file, name, "local", str(e)) from None
         mesh_shape = rules.check_mesh_shape(file, name, self.mesh_shape)
         names = rules.check_mesh_dim_names(file, name, mesh_shape, self.mesh_dim_names)
         tags = rules.check_tags(file, name, self.tags)
@@ -595,6 +611,10 @@ def _check_declared_steps(file: str, name: str, mesh_shape: Tuple[int, ...], inp
             raise CaseDeclarationError(file, name, "declared-steps",
                                        "redistribute_inputs redistributes no input (every entry is None); leave it out")
         out["redistribute_inputs"] = tuple(entries)
+    if takes_local(case.fn) and case.local_fn is not None:
+        raise CaseDeclarationError(file, name, "local",
+                                   "fn(..., *, local) and local_fn exclude each other: local_fn replaces the whole "
+                                   "distributed call, local() runs a part of it")
     fn, placements = case.local_fn, case.local_output_placements
     if fn is not None and not callable(fn):
         raise CaseDeclarationError(file, name, "declared-steps",
@@ -685,6 +705,25 @@ def _check_partial_split(file: str, name: str, mesh_shape: Tuple[int, ...], inpu
                     f"inputs[{i}] placed {p!r} on mesh dim {k} of size {size}: the split v / {size} does not "
                     f"reduce back to v bit for bit, so equal() would fail; compare with allclose(...) or declare "
                     "exact partials with LocalInput")
+
+
+def takes_local(fn: Any) -> bool:
+    """Whether an op case's ``fn`` declares the keyword-only parameter ``local``
+    (``fn(x, *, local)``): it then gets :class:`meshtest.rank.pipeline.LocalRegion`'s
+    ``local(g, *out_placements)`` on both calls. ``False`` when Python cannot read the signature.
+
+    :raises ValueError: ``local`` is a parameter of ``fn`` but not keyword-only."""
+    import inspect
+
+    try:
+        param = inspect.signature(fn).parameters.get("local")
+    except (TypeError, ValueError):
+        return False
+    if param is None:
+        return False
+    if param.kind is not inspect.Parameter.KEYWORD_ONLY:
+        raise ValueError("fn's parameter local must be keyword-only: def fn(x, *, local)")
+    return True
 
 
 def check_expect_raises(file: str, name: str, value: Any) -> Optional[ExpectRaises]:

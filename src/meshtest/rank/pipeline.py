@@ -187,8 +187,7 @@ def _op_pipeline(case: OpShardCase, backend: ShardBackend, mesh: Any, steps: _St
             raise ValueError(f"inputs[{i}] (LocalInput, checked=False): the platform accepted locals that make no "
                              f"global tensor ({t.reason}), so there is no reference to compare with")
     ref_inputs = [backend.clone(t) for t in full + derived]
-    expected = _outputs(case.fn(*ref_inputs, **({"mesh": None} if case.needs_mesh else {})), backend,
-                        "fn (reference)")
+    expected = _outputs(case.fn(*ref_inputs, **_fn_kwargs(case, backend, None)), backend, "fn (reference)")
     steps.enter("distribute")
     dist_inputs = [local_of(i) if local_of(i) is not None else backend.distribute(t, mesh, case.placements[i])
                    for i, t in enumerate(full)]
@@ -208,8 +207,7 @@ def _op_pipeline(case: OpShardCase, backend: ShardBackend, mesh: Any, steps: _St
     if case.local_fn is not None:
         actual = backend.local_map(case.local_fn, mesh, op_inputs, case.local_output_placements)
     else:
-        actual = _outputs(case.fn(*op_inputs, **({"mesh": mesh} if case.needs_mesh else {})), backend,
-                          "fn (distributed)")
+        actual = _outputs(case.fn(*op_inputs, **_fn_kwargs(case, backend, mesh)), backend, "fn (distributed)")
     if len(actual) != len(expected):
         raise ValueError(f"the distributed call returned {len(actual)} output(s) but fn {len(expected)} on the "
                          "reference")
@@ -245,6 +243,47 @@ def _op_pipeline(case: OpShardCase, backend: ShardBackend, mesh: Any, steps: _St
             _check_placements(backend, case.grad_placements, grads, "grad of input")
             steps.enter("backward")
         _compare_gradients(case, backend, ref_inputs, dist_inputs)
+
+
+def _fn_kwargs(case: OpShardCase, backend: ShardBackend, mesh: Any) -> Dict[str, Any]:
+    """The keyword arguments of ``fn``: ``mesh`` (``needs_mesh``; ``None`` on the reference call)
+    and ``local`` (``fn(..., *, local)``: a :class:`LocalRegion`)."""
+    kwargs: Dict[str, Any] = {}
+    if case.needs_mesh:
+        kwargs["mesh"] = mesh
+    if case.takes_local:
+        kwargs["local"] = LocalRegion(backend, mesh, len(case.mesh_shape))
+    return kwargs
+
+
+class LocalRegion:
+    """``local`` of an op case's ``fn(..., *, local)``: ``local(g, *out_placements,
+    reference=None)`` returns a function of tensors that runs ``g`` on local tensors inside the
+    distributed call (:meth:`ShardBackend.local_map`: each rank's local parts in, ``g``'s outputs
+    wrapped with ``out_placements``, one tuple per output, one placement per mesh dimension), and
+    ``reference`` (default ``g``) on the full tensors in the reference call, both with ``mesh=``
+    (``None`` on the reference). One output: the tensor; several: a tuple.
+
+    :param mesh: the DeviceMesh; ``None`` for the reference call.
+    :raises ValueError: (when called) no ``out_placements``, or one whose length is not the mesh's
+        dimension count."""
+
+    def __init__(self, backend: ShardBackend, mesh: Any, mesh_ndim: int) -> None:
+        self.backend, self.mesh, self.mesh_ndim = backend, mesh, mesh_ndim
+
+    def __call__(self, g: Callable[..., Any], *out_placements: Sequence[Any],
+                 reference: Optional[Callable[..., Any]] = None) -> Callable[..., Any]:
+        if not out_placements or any(len(tuple(p)) != self.mesh_ndim for p in out_placements):
+            raise ValueError(f"local({getattr(g, '__name__', g)!r}, ...) needs the placements of each output, one "
+                             f"placement per mesh dimension ({self.mesh_ndim}); got {out_placements!r}")
+        if self.mesh is None:
+            return lambda *tensors: (reference or g)(*tensors, mesh=None)
+        placements = tuple(tuple(p) for p in out_placements)
+
+        def run(*tensors: Any) -> Any:
+            outs = self.backend.local_map(g, self.mesh, tensors, placements)
+            return outs[0] if len(outs) == 1 else outs
+        return run
 
 
 def _checkpoint_inputs(case: OpShardCase, backend: ShardBackend, mesh: Any, inputs: List[Any],
