@@ -18,8 +18,15 @@ must fail at the step named in its name:
   sums over the rows with a DTensor op: the values after the round trip are wrong, so the case
   fails at ``compare``; ``steps_local_region_shard_local`` normalises each row instead (whole on
   every rank) and passes, backward included.
+* ``steps_module_plan_kept_sharded`` / ``steps_module_plan_replicated``: ``module=`` / ``plan=``
+  (``fn(module, x, bias)``); the plan's ``PrepareModuleInput`` replicates the ``Shard(0)`` keyword
+  input ``bias`` and the output is declared ``Replicate()``: passes; without it, ``bias`` stays
+  sharded, the sum comes out ``Shard(0)`` and the case fails at ``placement``.
 """
 import torch.distributed._functional_collectives as funcol
+from torch.distributed.tensor import Replicate as TReplicate
+from torch.distributed.tensor import Shard as TShard
+from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput
 
 from meshtest import CompareSpec, InputSpec, OpShardCase, Replicate, Shard, register
 
@@ -82,3 +89,34 @@ register(OpShardCase(name="steps_local_region_not_shard_local", fn=columns_then_
 register(OpShardCase(name="steps_local_region_shard_local", fn=rows_then_sum,
                      inputs=[InputSpec((6, 4), init="uniform", low=1.0, high=2.0, requires_grad=True)],
                      placements=[(Shard(0),)], mesh_shape=(2,), compare=CompareSpec.allclose(), tags=T))
+
+
+def linear_plus_bias(api):
+    nn = api.nn
+
+    class LinearPlusBias(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(6, 4)
+
+        def forward(self, x, *, bias):
+            return self.lin(x) + bias
+
+    return LinearPlusBias()
+
+
+def call_with_bias(module, x, bias):
+    return module(x, bias=bias)
+
+
+COLWISE = ColwiseParallel(output_layouts=TReplicate(), use_local_output=False)
+REPLICATE_BIAS = PrepareModuleInput(input_kwarg_layouts={"bias": TShard(0)},
+                                    desired_input_kwarg_layouts={"bias": TReplicate()})
+MODULE_INPUTS = [InputSpec((8, 6)), InputSpec((8, 4))]
+register(OpShardCase(name="steps_module_plan_replicated", fn=call_with_bias, module=linear_plus_bias,
+                     plan={"": REPLICATE_BIAS, "lin": COLWISE}, inputs=MODULE_INPUTS,
+                     placements=[(Replicate(),), (Shard(0),)], mesh_shape=(2,), compare=CompareSpec.allclose(), tags=T,
+                     output_placements=((Replicate(),),)))
+register(OpShardCase(name="steps_module_plan_kept_sharded", fn=call_with_bias, module=linear_plus_bias,
+                     plan={"lin": COLWISE}, inputs=MODULE_INPUTS, placements=[(Replicate(),), (Shard(0),)],
+                     mesh_shape=(2,), compare=CompareSpec.allclose(), tags=T, output_placements=((Replicate(),),)))

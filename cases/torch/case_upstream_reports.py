@@ -23,6 +23,11 @@ failure with its upstream id; one it fixed is a regression case that must pass.
   reference that is not: ``a = diag(4, 2, 1)``, ``rtol`` 0.1 + 0.3 = 0.4, so the threshold
   0.4 * 4 = 1.6 drops the singular value 1 (``pinv = diag(0.25, 0.5, 0)``); rank 0's part 0.1
   (threshold 0.4) keeps it, rank 1's part 0.3 (threshold 1.2) does not.
+- pytorch/pytorch#128365: ``PrepareModuleInput(input_kwarg_layouts=..., desired_input_kwarg_layouts=...)``
+  given a keyword input that already is a DTensor wrapped it again with ``from_local`` instead of
+  redistributing it (fixed by pytorch/pytorch#128431): a module whose ``bias`` keyword arrives
+  ``Shard(0)`` and is wanted ``Replicate()``, declared as ``module=`` / ``plan=`` so that ``fn``
+  is the same call on the plain and the parallelized module.
 - pytorch/pytorch#162338: gloo's ``ReduceOp.AVG`` in ``reduce_scatter`` / ``all_reduce`` summed
   instead of averaging (what FSDP2's gradient averaging uses; fixed): funcol collectives on
   replicated locals, whose average is the input itself.
@@ -30,6 +35,9 @@ failure with its upstream id; one it fixed is a regression case that must pass.
 import torch
 import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
+from torch.distributed.tensor import Replicate as TReplicate
+from torch.distributed.tensor import Shard as TShard
+from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput
 
 from meshtest import CompareSpec, InputSpec, KnownFailure, LocalInput, OpShardCase, Partial, Replicate, Shard, register
 
@@ -131,3 +139,33 @@ register(OpShardCase(name="gloo_reduce_scatter_avg_replicated_mesh2", fn=lambda 
                      simulation_limit="funcol.reduce_scatter_tensor under LocalTensorMode gives each simulated rank "
                                       "rows other than its scatter chunk (6 of 12 values off); the subject is gloo's "
                                       "own AVG"))
+
+
+def linear_plus_bias_kwarg(api):
+    """``lin`` (6 → 4), plus the keyword input ``bias`` ([8, 4])."""
+    nn = api.nn
+
+    class LinearPlusBias(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(6, 4)
+
+        def forward(self, x, *, bias):
+            return self.lin(x) + bias
+
+    return LinearPlusBias()
+
+
+KWARG_PLAN = {"": PrepareModuleInput(input_kwarg_layouts={"bias": TShard(0)},
+                                     desired_input_kwarg_layouts={"bias": TReplicate()}),
+              "lin": ColwiseParallel(output_layouts=TReplicate(), use_local_output=False)}
+
+
+def call_with_bias(module, x, bias):
+    return module(x, bias=bias)
+
+
+register(OpShardCase(name="tp_prepare_module_input_dtensor_kwarg_mesh2", fn=call_with_bias,
+                     module=linear_plus_bias_kwarg, plan=KWARG_PLAN, inputs=[InputSpec((8, 6)), InputSpec((8, 4))],
+                     placements=[(Replicate(),), (Shard(0),)], mesh_shape=(2,), compare=CLOSE, tags=L0,
+                     output_placements=((Replicate(),),)))

@@ -286,6 +286,11 @@ def script(spec: str) -> str:
     path, case = load_op_case(spec)
     if isinstance(case, TrainCase):
         return _train_script(path, case)
+    for what, present in (("module= / plan= (a module parallelized by a plan)", case.module is not None),
+                          ("fn(..., *, local) (local code inside the distributed call)", case.takes_local)):
+        if present:
+            raise ValueError(f"{path}: case {case.name!r}: cannot export {what} yet: the script calls fn on "
+                             "tensors only")
     fns = [("fn", case.fn)] + [(f"derived_{k}", d.fn) for k, d in enumerate(case.derived_inputs)]
     if case.local_fn is not None:
         fns.append(("local_fn", case.local_fn))

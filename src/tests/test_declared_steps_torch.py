@@ -1,5 +1,6 @@
 """An op case's declared steps between placement and op (``redistribute_inputs``,
-``local_fn`` with ``local_output_placements``, ``fn(..., *, local)``, ``redistribute_outputs``) run on real ranks and
+``local_fn`` with ``local_output_placements``, ``fn(..., *, local)``, ``module``/``plan``,
+``redistribute_outputs``) run on real ranks and
 in the one-process lane, and each can turn a case red at its own step
 (fixture: cases/faults/case_faults_steps.py)."""
 from __future__ import annotations
@@ -39,6 +40,8 @@ def test_each_declared_step_runs_and_fails_at_its_own_step(tmp_path, lane):
         results["steps_local_fn_output_count"]["failures"][0]["error"]
     assert verdict("steps_local_region_shard_local") == ("pass", []), told
     assert verdict("steps_local_region_not_shard_local") == ("fail", ["compare"]), told
+    assert verdict("steps_module_plan_replicated") == ("pass", []), told
+    assert verdict("steps_module_plan_kept_sharded") == ("fail", ["placement"]), told
     assert verdict("steps_redistribute_output_wrong") == ("fail", ["placement"]), told
     assert "placements (Shard(0),) != expected (Shard(1),)" in \
         results["steps_redistribute_output_wrong"]["failures"][0]["error"]

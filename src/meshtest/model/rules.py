@@ -427,7 +427,7 @@ NO_GOLDEN_NOTE = "golden curve: none recorded yet"
 NEAR_DEADLINE_NOTE = "near its deadline:"
 
 #: An op case's steps in the order a rank runs them (:mod:`meshtest.rank.pipeline`).
-OP_STEPS = ("build", "derive", "reference", "distribute", "redistribute", "checkpoint", "run",
+OP_STEPS = ("build", "derive", "reference", "distribute", "redistribute", "checkpoint", "parallelize", "run",
             "redistribute-output", "placement", "output-metadata", "gather", "compare", "backward")
 
 

@@ -65,6 +65,7 @@ OP = CaseKind("op", "OpShardCase", (
     _f("solo_launcher", True), _f("known_failure", True), _f("grad_compare"), _f("timeout_s"), _f("output_placements"),
     _f("grad_placements"), _f("expect_raises"), _f("simulation_limit", True), _f("redistribute_inputs"),
     _f("local_fn"), _f("local_output_placements"), _f("redistribute_outputs"), _f("checkpoint_inputs"),
+    _f("module"), _f("plan"),
 ), fixed={"requires": (), "spec_id": None, "capabilities": (), "layer": None})
 
 SCENARIO = CaseKind("scenario", "ScenarioCase", (

@@ -370,6 +370,15 @@ class OpShardCase(_Case):
         ``to_local``/``from_local`` round trips, so that no ``fn`` branches on the tensor type.
     :param local_output_placements: with ``local_fn`` (and only with it): one entry per output,
         each one placement per mesh dimension.
+    :param module: a module under test: ``module(api) -> module`` builds it (after seeding the
+        platform's RNG with :meth:`module_seed`, so both calls get the same weights), and ``fn``
+        is called as ``fn(module, *inputs)``: with the plain module on the full tensors
+        (reference), with the module parallelized by ``plan`` on the distributed inputs (step
+        ``parallelize``, then ``run``). For a TP style or plan whose subject is the module's
+        forward on distributed inputs, with no branch on the path.
+    :param plan: with ``module`` (and only with it): ``{fqn: style}`` handed to the platform's
+        ``parallelize_module`` (torch: ``torch.distributed.tensor.parallel.parallelize_module(
+        module, mesh, plan)``), or ``plan(module, mesh, api) -> module``.
     :param redistribute_outputs: the step after the op (step ``redistribute-output``): one
         entry per output of the distributed call, ``None`` or the placements to redistribute it
         to before the placement check and the gather (e.g. a ``Partial`` matmul output
@@ -409,6 +418,8 @@ class OpShardCase(_Case):
     local_output_placements: Optional[Tuple[tuple, ...]] = None
     redistribute_outputs: Optional[Tuple[Optional[tuple], ...]] = None
     checkpoint_inputs: Optional[Tuple[Optional[tuple], ...]] = None
+    module: Optional[Callable[..., Any]] = None
+    plan: Optional[Any] = None
 
     #: op cases declare no platform features, test-plan ID or training capability (the schema's
     #: fixed values)
@@ -416,6 +427,10 @@ class OpShardCase(_Case):
     spec_id = None
     capabilities = ()
     layer = None
+
+    def module_seed(self) -> int:
+        """Seed of building ``module``: ``crc32(f"{name}:module")``, the same for both calls."""
+        return zlib.crc32(f"{self.name}:module".encode())
 
     @property
     def takes_local(self) -> bool:
@@ -588,7 +603,8 @@ def _check_declared_steps(file: str, name: str, mesh_shape: Tuple[int, ...], inp
     """Rule ``declared-steps``: ``redistribute_inputs`` and ``checkpoint_inputs`` have one entry
     per input (``None`` or placements valid for that input's shape); ``local_fn`` is callable and comes with
     ``local_output_placements`` (one placement per mesh dimension for each output), which
-    nothing else may carry; ``redistribute_outputs`` entries are ``None`` or placements.
+    nothing else may carry; ``redistribute_outputs`` entries are ``None`` or placements. Rules
+    ``module`` (``module`` and ``plan`` together, not with ``local_fn``) and ``local``.
 
     :returns: the normalised fields, by name.
     """
@@ -611,6 +627,20 @@ def _check_declared_steps(file: str, name: str, mesh_shape: Tuple[int, ...], inp
             raise CaseDeclarationError(file, name, "declared-steps",
                                        "redistribute_inputs redistributes no input (every entry is None); leave it out")
         out["redistribute_inputs"] = tuple(entries)
+    if (case.module is None) != (case.plan is None):
+        raise CaseDeclarationError(file, name, "module",
+                                   "module and plan go together: the module is built for the reference and "
+                                   "parallelized by the plan for the distributed call")
+    if case.module is not None:
+        if not callable(case.module):
+            raise CaseDeclarationError(file, name, "module", f"module must be callable as module(api); got "
+                                                             f"{case.module!r}")
+        if not (callable(case.plan) or (isinstance(case.plan, dict) and case.plan)):
+            raise CaseDeclarationError(file, name, "module", "plan must be a non-empty {fqn: style} dict or "
+                                                             f"plan(module, mesh, api); got {case.plan!r}")
+        if case.local_fn is not None:
+            raise CaseDeclarationError(file, name, "module", "module and local_fn exclude each other: local_fn "
+                                                             "replaces the call of fn(module, *inputs)")
     if takes_local(case.fn) and case.local_fn is not None:
         raise CaseDeclarationError(file, name, "local",
                                    "fn(..., *, local) and local_fn exclude each other: local_fn replaces the whole "

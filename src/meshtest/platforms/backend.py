@@ -331,6 +331,25 @@ class ShardBackend(ABC):
 
         raise Unsupported(f"platform {self.platform!r} has no sharded checkpoint of distributed tensors")
 
+    def build_module(self, builder: Callable[..., Any], seed: int) -> Any:
+        """``builder(api)`` (:meth:`scenario_api`) after seeding the platform's RNGs with
+        ``seed``: an op case's ``module``, built the same for the reference and the distributed
+        call.
+
+        :raises Unsupported: the platform has no module API (default)."""
+        from ..errors import Unsupported
+
+        raise Unsupported(f"platform {self.platform!r} builds no module for an op case")
+
+    def parallelize_module(self, module: Any, mesh: Any, plan: Any) -> Any:
+        """``module`` parallelized by an op case's ``plan``: a ``{fqn: style}`` dict (the
+        platform's own plan API) or ``plan(module, mesh, api) -> module``.
+
+        :raises Unsupported: the platform has no parallel plan (default)."""
+        from ..errors import Unsupported
+
+        raise Unsupported(f"platform {self.platform!r} has no parallel plan for a module")
+
     def local_map(self, fn: Callable[..., Any], mesh: Any, args: Sequence[Any],
                   out_placements: Sequence[Sequence[Placement]]) -> Tuple[Any, ...]:
         """Run ``fn(*local_args, mesh=mesh)`` on this rank's local shards of the distributed

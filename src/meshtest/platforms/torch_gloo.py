@@ -540,6 +540,18 @@ class TorchGlooBackend(ShardBackend):
             raise RuntimeError(f"checkpoint {directory}: {e}") from None
         return {k: v.requires_grad_(True) if tensors[k].requires_grad else v for k, v in target.items()}
 
+    def build_module(self, builder: Callable[..., Any], seed: int) -> Any:
+        self.seed(seed)
+        return builder(self.scenario_api())
+
+    def parallelize_module(self, module: Any, mesh: Any, plan: Any) -> Any:
+        """A dict: ``torch.distributed.tensor.parallel.parallelize_module(module, mesh, plan)``."""
+        if isinstance(plan, dict):
+            from torch.distributed.tensor.parallel import parallelize_module
+
+            return parallelize_module(module, mesh, plan)
+        return plan(module, mesh, self.scenario_api())
+
     def local_map(self, fn: Callable[..., Any], mesh: Any, args: Sequence[Any],
                   out_placements: Sequence[Sequence[Placement]]) -> Tuple[Any, ...]:
         """torch's ``local_map`` (``torch.distributed.tensor.experimental``), no input placements

@@ -1,7 +1,8 @@
 """The per-case pipeline on one rank, free of process concerns (the rank's execution flow).
 
-An op case runs ``build → (derive) → reference → distribute → (redistribute) → (checkpoint) → run →
-(redistribute-output) → placement → output-metadata → gather → compare``, then ``backward``
+An op case runs ``build → (derive) → reference → distribute → (redistribute) → (checkpoint) →
+(parallelize) → run → (redistribute-output) → placement → output-metadata → gather → compare``,
+then ``backward``
 when an input ``requires_grad`` (the steps in brackets when the case declares them); a
 scenario runs its function after the platform-feature check. Both return a
 :class:`StepResult`; neither raises for a case's own failure, so the harness
@@ -187,7 +188,9 @@ def _op_pipeline(case: OpShardCase, backend: ShardBackend, mesh: Any, steps: _St
             raise ValueError(f"inputs[{i}] (LocalInput, checked=False): the platform accepted locals that make no "
                              f"global tensor ({t.reason}), so there is no reference to compare with")
     ref_inputs = [backend.clone(t) for t in full + derived]
-    expected = _outputs(case.fn(*ref_inputs, **_fn_kwargs(case, backend, None)), backend, "fn (reference)")
+    ref_module = () if case.module is None else (backend.build_module(case.module, case.module_seed()),)
+    expected = _outputs(case.fn(*ref_module, *ref_inputs, **_fn_kwargs(case, backend, None)), backend,
+                        "fn (reference)")
     steps.enter("distribute")
     dist_inputs = [local_of(i) if local_of(i) is not None else backend.distribute(t, mesh, case.placements[i])
                    for i, t in enumerate(full)]
@@ -203,11 +206,17 @@ def _op_pipeline(case: OpShardCase, backend: ShardBackend, mesh: Any, steps: _St
         # a loaded input is a leaf of its own: the gradient compared is the one it receives
         dist_inputs = [op_inputs[i] if i < len(case.inputs) and case.checkpoint_inputs[i] is not None else t
                        for i, t in enumerate(dist_inputs)]
+    dist_module: Tuple[Any, ...] = ()
+    if case.module is not None:
+        steps.enter("parallelize")
+        dist_module = (backend.parallelize_module(backend.build_module(case.module, case.module_seed()), mesh,
+                                                  case.plan),)
     steps.enter("run")
     if case.local_fn is not None:
         actual = backend.local_map(case.local_fn, mesh, op_inputs, case.local_output_placements)
     else:
-        actual = _outputs(case.fn(*op_inputs, **_fn_kwargs(case, backend, mesh)), backend, "fn (distributed)")
+        actual = _outputs(case.fn(*dist_module, *op_inputs, **_fn_kwargs(case, backend, mesh)), backend,
+                          "fn (distributed)")
     if len(actual) != len(expected):
         raise ValueError(f"the distributed call returned {len(actual)} output(s) but fn {len(expected)} on the "
                          "reference")
