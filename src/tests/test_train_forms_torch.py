@@ -67,3 +67,19 @@ def test_a_loss_that_reads_the_model_and_a_model_that_reads_the_micro_batch(tmp_
     assert late["status"] == "fail", late
     first = late["failures"][0]
     assert first["step"] == "compare" and first["error"].startswith("step 0 loss:"), first
+
+
+def test_a_compute_and_comms_pipeline_table_runs_as_written_and_trains_like_the_baseline(tmp_path):
+    """``Pipeline(actions=...)`` with sends and receives (issue 43, item 2): stage 1 runs both
+    backwards before its first ``SEND_B``; torch runs the table as written (its ``compute_comms``
+    format) and the stages' gradients and the last stage's loss equal the baseline's."""
+    out = tmp_path / "out"
+    pipeline = os.path.join("cases", "torch", "training", "case_train_l2_pipeline.py")
+    proc = subprocess.run([sys.executable, "-m", "meshtest", "run", pipeline, "--tag", "cpu_level1", "--case",
+                           "train_pp_comms_table_backward_before_send", "--artifacts-dir", str(out), "--slot-dir",
+                           str(tmp_path / "slots"), "-q"], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([SRC_ROOT, REPO])}, timeout=300)
+    (line,) = (out / "results.jsonl").read_text().splitlines()
+    result = json.loads(line)
+    assert result["status"] == "pass", proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "golden curve: 2 step(s) from step 0 equal to" in result["detail"], result

@@ -15,6 +15,10 @@ baseline's.
   block 0-3, rank r runs stages r and r+2), ``ZBVZeroBubble`` (the V placement: rank 0 runs
   stages 0 and 3, rank 1 stages 1 and 2);
 - a custom action table (torch's compute-only notation, the sends and receives added by torch);
+- a compute+comms table, run in the order written (torch's ``compute_comms`` format, the form
+  pytorch/pytorch#130488 made a lowered schedule editable for, and the order reports such as
+  pytorch/pytorch#172668 are about): stage 1 runs ``1B1`` before it sends ``1SEND_B0``, and stage 0
+  posts its gradient receives after all its forwards;
 - ``scale_grads=False`` (torch sums the micro-batches' gradients unscaled; meshtest's loss
   divides by the micro-batches) and gradient accumulation over two micro-batches of the loop,
   each a whole schedule step (the loss divided by 2 reaches the schedule's loss): with torch's
@@ -32,6 +36,10 @@ L1 = ("cpu_level1",)
 TRAIN = dict(model=stack, data=regression, loss=mse, steps=2)
 #: 1F1B written out for 2 ranks, 2 stages, 4 micro-batches (forward = F, full backward = B)
 ONE_F_ONE_B = {0: "0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3", 1: "1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3"}
+#: 2 stages, 2 micro-batches, the sends and receives written where each rank runs them: stage 1
+#: runs both backwards before it sends the first input gradient
+LATE_SEND_B = {0: "0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+               1: "1RECV_F0 1F0 1RECV_F1 1F1 1B0 1B1 1SEND_B0 1SEND_B1"}
 
 register(TrainCase(name="train_pp_gpipe", pipeline=Pipeline(stack_stage, "GPipe"), mesh_shape=(2,),
                    mesh_dim_names=PP, tags=L0, capabilities=("pp",), layer=2, requires=("pipelining",), **TRAIN))
@@ -50,6 +58,9 @@ register(TrainCase(name="train_pp_zbv_zero_bubble", pipeline=Pipeline(stack_stag
 register(TrainCase(name="train_pp_custom_actions_1f1b", pipeline=Pipeline(stack_stage, "actions", actions=ONE_F_ONE_B),
                    mesh_shape=(2,), mesh_dim_names=PP, tags=L1, capabilities=("pp",), layer=2,
                    requires=("pipelining",), **TRAIN))
+register(TrainCase(name="train_pp_comms_table_backward_before_send",
+                   pipeline=Pipeline(stack_stage, "actions", microbatches=2, actions=LATE_SEND_B), mesh_shape=(2,),
+                   mesh_dim_names=PP, tags=L1, capabilities=("pp",), layer=2, requires=("pipelining",), **TRAIN))
 register(TrainCase(name="train_pp_1f1b_unscaled_grads", pipeline=Pipeline(stack_stage, "1F1B", scale_grads=False),
                    mesh_shape=(2,), mesh_dim_names=PP, tags=L1, capabilities=("pp",), layer=2,
                    requires=("pipelining",), **TRAIN))

@@ -58,6 +58,12 @@ V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
 #: One compute action of a custom table: ``<stage><F|B|I|W><micro-batch>`` (torch's action
 #: notation: forward, full backward, backward of the input, backward of the weight).
 _ACTION_RE = re.compile(r"^\d+[FBIW]\d+$")
+#: One communication action of a custom table (torch's notation): the stage sends its forward
+#: output to the next stage (``SEND_F``) or its input gradient to the previous one (``SEND_B``);
+#: the receiving stage posts the matching ``RECV_F`` / ``RECV_B`` for that micro-batch.
+_COMM_RE = re.compile(r"^(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)$")
+#: Each send's matching receive: (its kind, the stage offset of the receiver)
+_PEER = {"SEND_F": ("RECV_F", 1), "SEND_B": ("RECV_B", -1)}
 
 
 @dataclass(frozen=True)
@@ -84,8 +90,14 @@ class Pipeline:
         rows must divide by it.
     :param scale_grads: the schedule divides the gradients by ``microbatches`` (torch's default).
     :param actions: with ``schedule="actions"``: one row per pipeline rank, ``{rank: "0F0 0F1
-        0B0 0B1"}``, compute actions only (``<stage><F|B|I|W><micro-batch>``); torch adds the
-        sends and receives. A rank runs the stages its row names.
+        0B0 0B1"}``. Compute actions only (``<stage><F|B|I|W><micro-batch>``): torch adds the
+        sends and receives (its compute-only lowering). Or a compute+comms table, also naming
+        each ``<stage><SEND_F|RECV_F|SEND_B|RECV_B><micro-batch>`` where the rank runs it
+        (``"1RECV_F0 1F0 1B0 1SEND_B0"``): torch runs the order as written (its ``compute_comms``
+        format), meshtest adding only torch's ``REDUCE_GRAD`` after each stage's last backward,
+        which scales the gradients as the other schedules do. Every send needs its receive on
+        the rank of the peer stage and the other way round (rule ``pipeline``). A rank runs the
+        stages its row names.
     :param axis: the mesh axis the stages are spread over; ``None``: the whole (1-D) mesh. On a
         mesh of more axes, ``parallelize`` (if any) is applied to each stage's module (FSDP or TP
         over the other axes).
@@ -138,17 +150,62 @@ class Pipeline:
         rows = dict(self.actions) if isinstance(self.actions, Mapping) else None
         if rows is None or sorted(rows) != list(range(pp)):
             raise bad(f"Pipeline.actions must map every pipeline rank 0..{pp - 1} to its row; got {self.actions!r}")
+        holder, comms = {}, {}
         for rank, row in sorted(rows.items()):
             tokens = row.split() if isinstance(row, str) else None
-            wrong = [t for t in tokens or () if not _ACTION_RE.match(t)]
+            wrong = [t for t in tokens or () if not (_ACTION_RE.match(t) or _COMM_RE.match(t))]
             if not tokens or wrong:
-                raise bad(f"Pipeline.actions[{rank}] must be compute actions '<stage><F|B|I|W><micro>' separated by "
-                          f"spaces, e.g. '0F0 0F1 0B0 0B1'; got {row!r}")
+                raise bad(f"Pipeline.actions[{rank}] must be compute actions '<stage><F|B|I|W><micro>' (and, for a "
+                          "compute+comms table, '<stage><SEND_F|RECV_F|SEND_B|RECV_B><micro>') separated by spaces, "
+                          f"e.g. '0F0 0F1 0B0 0B1'; got {row!r}")
             stages = {int(re.match(r"\d+", t).group()) for t in tokens}
             if any(s >= pp * self.stages_per_rank for s in stages):
                 raise bad(f"Pipeline.actions[{rank}] names stage(s) {sorted(stages)}; there are "
                           f"{pp * self.stages_per_rank} (pp {pp} x stages_per_rank {self.stages_per_rank})")
+            holder.update({s: rank for s in stages})
+            comms.update({(int(m.group(1)), m.group(2), int(m.group(3))): rank
+                          for m in (_COMM_RE.match(t) for t in tokens) if m})
+            self._check_data_order(bad, rank, tokens)
+        for (stage, kind, micro), rank in sorted(comms.items()):
+            if kind not in _PEER:
+                continue
+            want, step = _PEER[kind]
+            peer = (stage + step, want, micro)
+            if peer not in comms or comms[peer] != holder.get(stage + step):
+                raise bad(f"Pipeline.actions[{rank}] sends {stage}{kind}{micro} but the rank of stage {stage + step} "
+                          f"posts no {stage + step}{want}{micro}: a send without its receive would hang")
+        for (stage, kind, micro), rank in sorted(comms.items()):
+            sender = {"RECV_F": (stage - 1, "SEND_F"), "RECV_B": (stage + 1, "SEND_B")}.get(kind)
+            if sender is not None and (sender[0], sender[1], micro) not in comms:
+                raise bad(f"Pipeline.actions[{rank}] receives {stage}{kind}{micro} but no rank runs "
+                          f"{sender[0]}{sender[1]}{micro}: a receive without its send would hang")
         return tuple(sorted(rows.items()))
+
+    @staticmethod
+    def _check_data_order(bad: Callable[[str], CaseDeclarationError], rank: int, tokens: list) -> None:
+        """In one row, a send comes after the compute that makes what it sends (``SEND_F`` after
+        its ``F``, ``SEND_B`` after its ``B`` or ``I``) and a receive before the compute that
+        reads it (``RECV_F`` before its ``F``, ``RECV_B`` before its ``B`` or ``I``): torch's
+        stage reads the buffers at those actions."""
+        at = {t: i for i, t in enumerate(tokens)}
+        for i, t in enumerate(tokens):
+            m = _COMM_RE.match(t)
+            if not m:
+                continue
+            stage, kind, micro = m.group(1), m.group(2), m.group(3)
+            computes = ("F",) if kind.endswith("_F") else ("B", "I")
+            where = [at[f"{stage}{c}{micro}"] for c in computes if f"{stage}{c}{micro}" in at]
+            if kind.startswith("SEND") and not any(j < i for j in where):
+                raise bad(f"Pipeline.actions[{rank}] runs {t} before {stage}{'|'.join(computes)}{micro}, which makes "
+                          "what it sends")
+            if kind.startswith("RECV") and not any(j > i for j in where):
+                raise bad(f"Pipeline.actions[{rank}] runs {t} with no {stage}{'|'.join(computes)}{micro} after it to "
+                          "read what it receives")
+
+    @property
+    def with_comms(self) -> bool:
+        """Whether ``actions`` is a compute+comms table (names a send or a receive)."""
+        return self.actions is not None and any(_COMM_RE.match(t) for _, row in self.actions for t in row.split())
 
     def stages_of(self, pp_rank: int, pp: int) -> Tuple[int, ...]:
         """The stage indices pipeline rank ``pp_rank`` runs (loop, V, or its row of ``actions``)."""

@@ -268,8 +268,12 @@ def _pipeline(case: Any, model: Any, ctx: TrainContext) -> Tuple[Any, list, Call
     if plan.actions is not None:
         schedule = schedules._PipelineScheduleRuntime(stages, n_microbatches=plan.microbatches, loss_fn=loss_fn,
                                                       scale_grads=plan.scale_grads)
-        schedule._prepare_schedule_with_comms({rank: [schedules._Action.from_str(a) for a in row.split()]
-                                               for rank, row in plan.actions})
+        table = {rank: [schedules._Action.from_str(a) for a in row.split()] for rank, row in plan.actions}
+        if plan.with_comms:  # run as written; torch's REDUCE_GRAD after each stage's last backward (grad scaling)
+            schedule._prepare_schedule_with_comms({rank: schedules._add_reduce_grad(row, plan.microbatches)
+                                                   for rank, row in table.items()}, format="compute_comms")
+        else:
+            schedule._prepare_schedule_with_comms(table)
     else:
         cls = schedules.get_schedule_class(plan.schedule)
         multi = issubclass(cls, schedules.PipelineScheduleMulti)
