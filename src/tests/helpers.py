@@ -67,3 +67,32 @@ def assert_nothing_leaked(slot_dir: str, out: str, killed_holders: int = 0) -> N
     with SlotPool(slot_dir, 8).acquire(8, "after", timeout_s=2):
         pass
     assert audit_stats(read_audit(slot_dir)).open_leases == killed_holders
+
+
+def run_with_site(tmp_path, args: list, label: str, site: str = "", extra_path: tuple = ()) -> tuple:
+    """``python -m meshtest run <args> --artifacts-dir <tmp>/<label> --slot-dir <tmp>/slots -q``
+    with ``meshtest``'s source root on ``PYTHONPATH`` and, when ``site`` is given, a
+    ``sitecustomize.py`` of that text before it (every process of the run imports it: a seeded
+    fault in the platform). Returns (the results by case, the run's stdout and stderr tails).
+
+    :param extra_path: more ``PYTHONPATH`` entries after the source root (the repository root,
+        for case files that import ``cases.*``)."""
+    import json
+    import subprocess
+    import sys
+
+    import meshtest
+
+    src_root = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
+    out = tmp_path / label
+    path = [src_root, *extra_path]
+    if site:
+        (tmp_path / f"site-{label}").mkdir(exist_ok=True)
+        (tmp_path / f"site-{label}" / "sitecustomize.py").write_text(site)
+        path.insert(0, str(tmp_path / f"site-{label}"))
+    proc = subprocess.run([sys.executable, "-m", "meshtest", "run", *args, "--artifacts-dir", str(out),
+                           "--slot-dir", str(tmp_path / "slots"), "-q"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(path)}, timeout=300,
+                          cwd=extra_path[0] if extra_path else None)
+    lines = (out / "results.jsonl").read_text().splitlines() if (out / "results.jsonl").exists() else []
+    return {json.loads(line)["case"]: json.loads(line) for line in lines}, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -7,12 +7,10 @@ meshtest took the expected local shape from that same function. The fault is a
 ``sitecustomize`` on the run's ``PYTHONPATH``, so every process of the run has it (~15 s)."""
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import meshtest
+from tests.helpers import run_with_site
 
 SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
 REPO = os.path.dirname(SRC_ROOT)
@@ -43,21 +41,11 @@ for module in list(sys.modules.values()):
 
 
 def _run(tmp_path, fault: bool) -> dict:
-    out = tmp_path / ("fault" if fault else "plain")
-    args = ["run", os.path.join(REPO, "cases", "torch", "opinfo", "case_opinfo_pointwise.py"), "--lane", "local",
-            "--tag", "cpu_local", "--case", CASE, "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots"),
-            "-q"]
-    path = [SRC_ROOT]
-    if fault:
-        (tmp_path / "site").mkdir(exist_ok=True)
-        (tmp_path / "site" / "sitecustomize.py").write_text(SCRIPT)
-        path.insert(0, str(tmp_path / "site"))
-    proc = subprocess.run([sys.executable, "-m", "meshtest"] + args, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(path)}, timeout=240)
-    lines = (out / "results.jsonl").read_text().splitlines() if (out / "results.jsonl").exists() else []
-    found = [json.loads(line) for line in lines]
-    assert [o["case"] for o in found] == [CASE], proc.stdout[-3000:] + proc.stderr[-3000:]
-    return found[0]
+    args = [os.path.join(REPO, "cases", "torch", "opinfo", "case_opinfo_pointwise.py"), "--lane", "local",
+            "--tag", "cpu_local", "--case", CASE]
+    found, told = run_with_site(tmp_path, args, "fault" if fault else "plain", SCRIPT if fault else "")
+    assert list(found) == [CASE], told
+    return found[CASE]
 
 
 def test_a_self_consistent_fault_in_torchs_local_shapes_is_reported_as_torchs(tmp_path):

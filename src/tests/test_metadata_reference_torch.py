@@ -12,12 +12,10 @@ docs/torch-bugs.md#memory-format-cache-key); with the caches kept, the second of
 inherits the first one's strides and fails."""
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import meshtest
+from tests.helpers import run_with_site
 
 SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
 REPO = os.path.dirname(SRC_ROOT)
@@ -51,21 +49,11 @@ ShardingPropagator._propagate_tensor_meta_non_cached = views_contiguous
 
 
 def _run(tmp_path, fault: bool) -> dict:
-    out = tmp_path / ("fault" if fault else "plain")
-    args = ["run", os.path.join(REPO, "cases", "torch", "case_metadata.py"), "--lane", "local",
-            "--tag", "cpu_level0", "--case", CASE, "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots"),
-            "-q"]
-    path = [SRC_ROOT]
-    if fault:
-        (tmp_path / "site").mkdir(exist_ok=True)
-        (tmp_path / "site" / "sitecustomize.py").write_text(SCRIPT)
-        path.insert(0, str(tmp_path / "site"))
-    proc = subprocess.run([sys.executable, "-m", "meshtest"] + args, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(path)}, timeout=240)
-    lines = (out / "results.jsonl").read_text().splitlines() if (out / "results.jsonl").exists() else []
-    found = [json.loads(line) for line in lines]
-    assert [o["case"] for o in found] == [CASE], proc.stdout[-3000:] + proc.stderr[-3000:]
-    return found[0]
+    args = [os.path.join(REPO, "cases", "torch", "case_metadata.py"), "--lane", "local", "--tag", "cpu_level0",
+            "--case", CASE]
+    found, told = run_with_site(tmp_path, args, "fault" if fault else "plain", SCRIPT if fault else "")
+    assert list(found) == [CASE], told
+    return found[CASE]
 
 
 def test_a_view_whose_dtensor_claims_contiguous_strides_fails_at_output_metadata(tmp_path):
@@ -87,19 +75,10 @@ TorchGlooBackend.forget_cached_decisions = lambda self: None
 
 
 def _order(tmp_path, keep_caches: bool) -> dict:
-    out = tmp_path / ("kept" if keep_caches else "dropped")
-    path = [SRC_ROOT]
-    if keep_caches:
-        (tmp_path / "keep").mkdir(exist_ok=True)
-        (tmp_path / "keep" / "sitecustomize.py").write_text(KEEP_CACHES)
-        path.insert(0, str(tmp_path / "keep"))
-    args = ["run", ORDER, "--lane", "local", "--local-processes", "1", "--tag", "cpu_faults",
-            "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots"), "-q"]
-    proc = subprocess.run([sys.executable, "-m", "meshtest"] + args, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(path)}, timeout=240)
-    lines = (out / "results.jsonl").read_text().splitlines() if (out / "results.jsonl").exists() else []
-    found = {json.loads(line)["case"]: json.loads(line) for line in lines}
-    assert set(found) == {"order_cast_s1_mesh2", "order_cast_channels_last_s1_mesh2"}, proc.stdout + proc.stderr
+    args = [ORDER, "--lane", "local", "--local-processes", "1", "--tag", "cpu_faults"]
+    label, site = ("kept", KEEP_CACHES) if keep_caches else ("dropped", "")
+    found, told = run_with_site(tmp_path, args, label, site)
+    assert set(found) == {"order_cast_s1_mesh2", "order_cast_channels_last_s1_mesh2"}, told
     return found
 
 

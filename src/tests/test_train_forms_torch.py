@@ -6,12 +6,10 @@ parallel model does on the last micro-batch) fails at ``compare`` from step 0's 
 parallel and baseline models must read the same ``ctx.micro``."""
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import meshtest
+from tests.helpers import run_with_site
 
 SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
 REPO = os.path.dirname(SRC_ROOT)
@@ -41,19 +39,9 @@ torch_gloo.TorchGlooBackend._train_step = baseline_stuck
 
 
 def _run(tmp_path, fault: bool) -> dict:
-    out = tmp_path / ("fault" if fault else "plain")
-    path = [SRC_ROOT, REPO]
-    if fault:
-        (tmp_path / "site").mkdir(exist_ok=True)
-        (tmp_path / "site" / "sitecustomize.py").write_text(STUCK_BASELINE)
-        path.insert(0, str(tmp_path / "site"))
-    proc = subprocess.run([sys.executable, "-m", "meshtest", "run", FILE, "--tag", "cpu_level1", "--artifacts-dir",
-                           str(out), "--slot-dir", str(tmp_path / "slots"), "-q"], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join(path)}, timeout=300)
-    lines = (out / "results.jsonl").read_text().splitlines() if (out / "results.jsonl").exists() else []
-    found = {json.loads(line)["case"]: json.loads(line) for line in lines}
-    assert set(found) == {"fsdp2_aux_loss_on_a_submodule", "fsdp2_parameter_used_on_the_last_micro_batch"}, (
-        proc.stdout[-3000:] + proc.stderr[-3000:])
+    found, told = run_with_site(tmp_path, [FILE, "--tag", "cpu_level1"], "fault" if fault else "plain",
+                                STUCK_BASELINE if fault else "", extra_path=(REPO,))
+    assert set(found) == {"fsdp2_aux_loss_on_a_submodule", "fsdp2_parameter_used_on_the_last_micro_batch"}, told
     return found
 
 
@@ -73,13 +61,9 @@ def test_a_compute_and_comms_pipeline_table_runs_as_written_and_trains_like_the_
     """``Pipeline(actions=...)`` with sends and receives (issue 43, item 2): stage 1 runs both
     backwards before its first ``SEND_B``; torch runs the table as written (its ``compute_comms``
     format) and the stages' gradients and the last stage's loss equal the baseline's."""
-    out = tmp_path / "out"
     pipeline = os.path.join("cases", "torch", "training", "case_train_l2_pipeline.py")
-    proc = subprocess.run([sys.executable, "-m", "meshtest", "run", pipeline, "--tag", "cpu_level1", "--case",
-                           "train_pp_comms_table_backward_before_send", "--artifacts-dir", str(out), "--slot-dir",
-                           str(tmp_path / "slots"), "-q"], capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([SRC_ROOT, REPO])}, timeout=300)
-    (line,) = (out / "results.jsonl").read_text().splitlines()
-    result = json.loads(line)
-    assert result["status"] == "pass", proc.stdout[-3000:] + proc.stderr[-3000:]
+    found, told = run_with_site(tmp_path, [pipeline, "--tag", "cpu_level1", "--case",
+                                           "train_pp_comms_table_backward_before_send"], "comms", extra_path=(REPO,))
+    result = found["train_pp_comms_table_backward_before_send"]
+    assert result["status"] == "pass", told
     assert "golden curve: 2 step(s) from step 0 equal to" in result["detail"], result
