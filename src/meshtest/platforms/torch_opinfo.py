@@ -45,6 +45,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..errors import Unsupported
 from ..model.known import KnownFailure
+from ..model.layout import chunk
 from ..model.local_input import LocalInput
 from ..model.placement import Partial, Placement, Replicate, Shard
 from ..model.spec import CompareSpec, InputSpec, OpShardCase
@@ -852,11 +853,9 @@ class _Parts:
 
 
 def _chunk(value: np.ndarray, dim: int, n: int) -> List[np.ndarray]:
-    """``torch.chunk``'s split as DTensor's ``Shard`` uses it: pieces of ``ceil(size / n)``, then
-    empty ones."""
-    size = value.shape[dim]
-    step = -(-size // n) if size else 0
-    return [np.take(value, range(min(i * step, size), min((i + 1) * step, size)), axis=dim) for i in range(n)]
+    """``value`` split on ``dim`` as ``Shard(dim)`` splits it over ``n`` ranks
+    (:func:`meshtest.model.layout.chunk`: ``torch.chunk``'s pieces, then empty ones)."""
+    return [np.take(value, piece, axis=dim) for piece in chunk(range(value.shape[dim]), n)]
 
 
 def _split_partial(value: np.ndarray, op: str, n: int, rng: np.random.Generator) -> List[np.ndarray]:

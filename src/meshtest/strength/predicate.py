@@ -36,6 +36,8 @@ import fnmatch
 import re
 from typing import Any, Dict, List, Mapping, Optional, Set
 
+from ..model.layout import chunk
+
 #: The keys ``requires`` may hold (module docstring).
 KEYS = ("ops", "dtypes", "variants", "backward", "meshes", "any", "all", "none")
 _PATTERN_KEYS = ("any", "all", "none")
@@ -59,7 +61,7 @@ def placement_tokens(entry: Mapping[str, Any]) -> Set[str]:
         for d, n in ranks.items():
             if d < len(shape) and shape[d] % n:
                 tokens.add(f"in{i}:S({d})~")
-            if d < len(shape) and -(-shape[d] // n) * (n - 1) >= shape[d]:  # torch.chunk: the last rank gets none
+            if d < len(shape) and not chunk(range(shape[d]), n)[-1]:  # the last rank holds none
                 tokens.add(f"in{i}:S({d})~empty")
             if times[d] > 1:
                 tokens.add(f"in{i}:SS({d})")
