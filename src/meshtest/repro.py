@@ -369,6 +369,11 @@ def _train_script(path: str, case: TrainCase) -> str:
     for what, present in (("phases", bool(case.phases)), ("a long run (stability=)", case.stability is not None)):
         if present:
             raise ValueError(f"{where} {what}: only a single-launch training case")
+    for what, present in (("a pipeline (pipeline=)", case.pipeline is not None),
+                          ("param_placements", case.param_placements is not None),
+                          ("grad_sync='last'", case.grad_sync != "every")):
+        if present:
+            raise ValueError(f"{where} {what}: the script's loop has no counterpart of it yet")
     for quantity in QUANTITIES:
         got = case.compare.spec(quantity)
         if got is not None and got.kind == "check":
