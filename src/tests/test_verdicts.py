@@ -144,6 +144,21 @@ class PlacedBackend(NumpyBackend):
         return self.placed if isinstance(tensor, Dist) else None
 
 
+def _local_half(x):
+    """On the distributed path, a plain array of the first half of the rows (a 'local part')."""
+    return x.a[:2] if isinstance(x, Dist) else x
+
+
+def test_a_plain_output_of_a_distributed_call_is_taken_as_full_and_a_failure_says_so():
+    r = run_case(_op(_local_half), PlacedBackend(), None)
+    assert (r.status, r.step) == (Status.FAIL, "compare")
+    assert "shape (2, 4) != reference shape (4, 4)" in r.error
+    assert "output[0] of the distributed call is a plain tensor, which meshtest takes for the full value" in r.error
+    assert run_case(_op(lambda x: x.a + 0 if isinstance(x, Dist) else x), PlacedBackend(), None).status is Status.PASS
+    wrong = run_case(_op(_wrong_on_dist), PlacedBackend(), None)  # a distributed output: no such hint
+    assert wrong.status is Status.FAIL and "plain tensor" not in wrong.error
+
+
 def test_a_wrong_placement_that_gathers_right_fails_at_step_placement():
     case = _op(lambda x: x + 0, output_placements=((Shard(0),),))
     assert run_case(case, PlacedBackend(), None).status is Status.PASS

@@ -236,12 +236,16 @@ def _op_pipeline(case: OpShardCase, backend: ShardBackend, mesh: Any, steps: _St
     _check_against_reference(backend, expected, selected, case)
     steps.enter("gather")
     gathered = [(i, backend.local_to_global(o)) for i, o in selected]
+    plain = _plain_outputs(backend, selected, op_inputs)
     steps.enter("compare")
     compared = []
     for i, g in gathered:
         if not backend.is_tensor(expected[i]) or not backend.is_tensor(g):
             raise TypeError(f"output[{i}] is {type(g).__name__}, not a tensor; compare_outputs can leave it out")
-        compared.append(_compare(backend, expected[i], g, case.compare, f"output[{i}]"))
+        ranks, failed = _compare(backend, expected[i], g, case.compare, f"output[{i}]")
+        if i in plain:
+            failed = {r: CompareError(f"{e} ({PLAIN_OUTPUT_HINT.format(i=i)})", e.signature) for r, e in failed.items()}
+        compared.append((ranks, failed))
     _raise_if_wrong(compared)
     if case.needs_grad:
         steps.enter("backward")
@@ -447,6 +451,24 @@ def _check_against_reference(backend: ShardBackend, expected: Sequence[Any], out
         want, got = backend.tensor_meta(expected[i]), backend.tensor_meta(out)
         if want is not None and got is not None:
             check_against_reference(want, got, f"output[{i}]", case.compare.metadata_exempt)
+
+
+#: Added to a failed comparison of an output the distributed call returned as a plain tensor
+#: while its inputs were distributed: meshtest took it for the full value.
+PLAIN_OUTPUT_HINT = ("output[{i}] of the distributed call is a plain tensor, which meshtest takes for the full value; "
+                     "if it is each rank's local part (torch: a ParallelStyle's default use_local_output=True, "
+                     "to_local()), return the distributed tensor instead")
+
+
+def _plain_outputs(backend: ShardBackend, outputs: Sequence[Tuple[int, Any]], inputs: Sequence[Any]) -> set:
+    """Indices of ``outputs`` that are not distributed tensors when some input is one (none when
+    the platform cannot report placements)."""
+    try:
+        if not any(backend.placements_of(t) is not None for t in inputs if backend.is_tensor(t)):
+            return set()
+        return {i for i, o in outputs if backend.is_tensor(o) and backend.placements_of(o) is None}
+    except NotImplementedError:
+        return set()
 
 
 def _compare(backend: ShardBackend, expected: Any, actual: Any, spec, label: str
