@@ -9,6 +9,7 @@ described by :class:`InputSpec` and built as NumPy arrays, which the platform's
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Tuple
@@ -743,8 +744,6 @@ def takes_local(fn: Any) -> bool:
     ``local(g, *out_placements)`` on both calls. ``False`` when Python cannot read the signature.
 
     :raises ValueError: ``local`` is a parameter of ``fn`` but not keyword-only."""
-    import inspect
-
     try:
         param = inspect.signature(fn).parameters.get("local")
     except (TypeError, ValueError):
