@@ -1,6 +1,6 @@
 """Fault injection through torchrun + gloo, with the package cases/faults/ (tagged
 ``cpu_faults``, which no gate selects): every fault is reported with its status, ranks and
-steps; the cases after it still run; no rank process and no device slot leaks (~60 s on 2 cores).
+steps; the cases after it still run; no rank process and no device slot leaks (~1.5 min on 2 cores).
 """
 from __future__ import annotations
 
@@ -19,18 +19,21 @@ SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
 FAULTS_DIR = os.path.join("cases", "faults")
 
 
-def _run(tmp_path, *files, extra=()):
+def _command(tmp_path, files, extra=()):
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": SRC_ROOT}
-    proc = subprocess.run([sys.executable, "-m", "meshtest", *[os.path.join(FAULTS_DIR, f) for f in files],
-                           "--tag", "cpu_faults", "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots"),
-                           *extra], capture_output=True, text=True, env=env, timeout=540)
-    results = {json.loads(line)["case"]: json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()}
-    return proc, out, results
+    cmd = [sys.executable, "-m", "meshtest", *[os.path.join(FAULTS_DIR, f) for f in files], "--tag", "cpu_faults",
+           "--artifacts-dir", str(out), "--slot-dir", str(tmp_path / "slots"), *extra]
+    return cmd, out
 
 
-def _out_dir(fault_run):
-    return fault_run[2]
+def _results(out):
+    return {json.loads(line)["case"]: json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()}
+
+
+def _run(tmp_path, *files, extra=()):
+    cmd, out = _command(tmp_path, files, extra)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC_ROOT}, timeout=540)
+    return proc, out, _results(out)
 
 
 def _by_rank(outcome):
@@ -41,19 +44,70 @@ def _assert_nothing_leaked(tmp_path, out, killed_holders=0):
     assert_nothing_leaked(str(tmp_path / "slots"), out, killed_holders)
 
 
+#: The drills of case_faults.py, as four runs started at once on one slot pool (each fault with
+#: the case after it, which must pass in the launch that follows): a fault that ends its launch
+#: waits out a deadline (4-10 s) and costs a relaunch, so one run of all of them was a chain of
+#: nine launches (~80 s); side by side, the longest chain is three. A 4 s timeout's launch needs a
+#: process-group timeout of 8 s (half the launch's longest deadline): ``slow_rank0_within_deadline``
+#: (16 s) gives it to the hang's run; the skipped collectives' run gets it from ``--case-timeout 16``.
+DRILLS = {
+    "timeouts": ("fault_before", "fault_hang_loop", "fault_after_hang", "slow_rank0_within_deadline"),
+    "skips": ("fault_skip_collective", "fault_after_skip", "fault_skip_collective_rank0", "fault_after_skip_rank0"),
+    "crashes": ("fault_exit", "fault_after_exit", "fault_segv", "fault_after_segv", "fault_sigkill",
+                "fault_after_sigkill"),
+    "errors": ("fault_import_error", "fault_assert", "fault_error_one_rank", "fault_after_error",
+               "fault_broken_communicator", "fault_after_broken", "fault_state_leak", "fault_after_leak",
+               "fault_mismatched_collective", "fault_after_mismatch", "fault_clean_exit", "fault_after_clean_exit",
+               "fault_all_nan_reference", "fault_after_nan"),
+}
+
+
+class FaultRun:
+    """The four runs of :data:`DRILLS`: ``runs[drill]`` is ``(tmp_path, returncode, stdout, out,
+    results)``; :attr:`results` all cases' outcomes; :meth:`out` the artifacts directory of a
+    case's run."""
+
+    def __init__(self, runs):
+        self.runs = runs
+        self.results = {case: o for *_, results in runs.values() for case, o in results.items()}
+        self.stdout = "".join(run[2] for run in runs.values())
+
+    def drill_of(self, case):
+        return next(d for d, run in self.runs.items() if case in run[4])
+
+    def out(self, case):
+        return self.runs[self.drill_of(case)][3]
+
+
 @pytest.fixture(scope="module")
 def fault_run(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("faults")
     # Short deadlines the drills keep their meaning with: the faults' own 4-6 s, and 10 s for the
-    # cases that must pass (each the first case of a fresh launch: ~2 s on 2 cores).
-    proc, out, results = _run(tmp_path, "case_faults.py", "case_faults_import.py", extra=("--case-timeout", "10"))
-    return tmp_path, proc, out, results
+    # cases that must pass (each the first case of a fresh launch: ~2 s on 2 cores; 16 s beside
+    # the skipped collectives, above).
+    base = tmp_path_factory.mktemp("faults")
+    (base / "slots").mkdir()
+    started = {}
+    for drill, cases in DRILLS.items():
+        tmp_path = base / drill
+        tmp_path.mkdir()
+        (tmp_path / "slots").symlink_to(base / "slots")  # one pool: the runs take its slots side by side
+        cmd, out = _command(tmp_path, ("case_faults.py", "case_faults_import.py"),
+                            ("--case-timeout", "16" if drill == "skips" else "10",
+                             *[a for c in cases for a in ("--case", c)]))
+        started[drill] = (tmp_path, out, subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONPATH": SRC_ROOT}))
+    runs = {}
+    for drill, (tmp_path, out, proc) in started.items():
+        stdout, _ = proc.communicate(timeout=540)
+        runs[drill] = (tmp_path, proc.returncode, stdout, out, _results(out))
+    return FaultRun(runs)
 
 
 def test_every_fault_is_reported_and_every_later_case_still_runs(fault_run):
-    tmp_path, proc, out, results = fault_run
-    text = proc.stdout
-    assert proc.returncode == 1, text + proc.stderr
+    results = fault_run.results
+    for drill, (_, returncode, text, _, _) in fault_run.runs.items():
+        assert returncode == 1, drill + ": " + text
     assert {k: v["status"] for k, v in results.items()} == {
         "fault_import_error": "error",
         "fault_before": "pass",
@@ -71,12 +125,13 @@ def test_every_fault_is_reported_and_every_later_case_still_runs(fault_run):
         "fault_mismatched_collective": "error", "fault_after_mismatch": "pass",
         "fault_clean_exit": "error", "fault_after_clean_exit": "pass",
         "fault_all_nan_reference": "fail", "fault_after_nan": "pass",
-    }, text
-    _assert_nothing_leaked(tmp_path, out)
+    }, fault_run.stdout
+    for tmp_path, _, _, out, _ in fault_run.runs.values():
+        _assert_nothing_leaked(tmp_path, out)
 
 
 def test_import_error_names_the_file_and_fails_only_its_own_cases(fault_run):
-    _, proc, _, results = fault_run
+    results = fault_run.results
     errs = results["fault_import_error"]["failures"]
     assert [(f["rank"], f["step"]) for f in errs] == [(0, "load"), (1, "load")]
     assert "cases/faults/case_faults_import.py" in errs[0]["error"] and "meshtest_no_such_module" in errs[0]["error"]
@@ -84,11 +139,11 @@ def test_import_error_names_the_file_and_fails_only_its_own_cases(fault_run):
 
 
 def test_hang_names_the_rank_and_step_and_dumps_its_stack(fault_run):
-    _, proc, out, results = fault_run
+    results, out = fault_run.results, fault_run.out("fault_hang_loop")
     hang = _by_rank(results["fault_hang_loop"])
     # rank 1 loops inside fn; rank 0 waits for it in the first collective after run (output metadata).
     assert (hang[0]["step"], hang[1]["step"]) == ("output-metadata", "run")
-    assert "TIMEOUT fault_hang_loop" in proc.stdout and "rank(s) 1: timeout at step run" in proc.stdout
+    assert "TIMEOUT fault_hang_loop" in fault_run.stdout and "rank(s) 1: timeout at step run" in fault_run.stdout
     launch = results["fault_hang_loop"]["launch_dir"]
     assert "loop_on_rank1" in (out / "ranks" / launch / "rank1.log").read_text()  # the stack dump at the deadline
     # the report quotes the innermost frames of that dump (where it was), not the log's last lines
@@ -99,7 +154,7 @@ def test_hang_names_the_rank_and_step_and_dumps_its_stack(fault_run):
 
 
 def test_skipped_collective_is_a_timeout_in_its_own_case(fault_run):
-    _, _, _, results = fault_run
+    results = fault_run.results
     skip = _by_rank(results["fault_skip_collective"])
     assert skip[0]["status"] == "timeout" and skip[0]["step"] == "all_reduce"
     assert skip[1]["status"] == "waited" and skip[1]["step"] == "fence"  # rank 1 finished and waited at the end
@@ -118,7 +173,7 @@ def test_skipped_collective_is_a_timeout_in_its_own_case(fault_run):
     ("fault_sigkill", 0, "the rank died (killed by SIGKILL) before recording the case", ""),
 ])
 def test_crash_names_the_rank_its_exit_and_its_log_tail(fault_run, case, rank, lead, why):
-    _, _, _, results = fault_run
+    results = fault_run.results
     f = _by_rank(results[case])[rank]
     assert (f["status"], f["step"]) == ("crash", "compute")
     assert f["error"].startswith(lead) and why in f["error"], f["error"]
@@ -129,7 +184,7 @@ def test_crash_names_the_rank_its_exit_and_its_log_tail(fault_run, case, rank, l
 
 
 def test_a_leaked_global_setting_is_the_leaking_case_error_and_the_next_case_is_clean(fault_run):
-    _, _, _, results = fault_run
+    results = fault_run.results
     leak = _by_rank(results["fault_state_leak"])
     for rank in (0, 1):
         assert leak[rank]["step"] == "isolation"
@@ -139,17 +194,17 @@ def test_a_leaked_global_setting_is_the_leaking_case_error_and_the_next_case_is_
 
 
 def test_mismatched_collectives_are_diagnosed_naming_each_rank_collective(fault_run):
-    _, proc, _, results = fault_run
+    results = fault_run.results
     o = results["fault_mismatched_collective"]
     assert "rank 0 entered ALLREDUCE [4] Float, rank 1 entered ALLGATHER [8] Float" in o["diagnosis"], o
     # the process-group timeout (8 s, half the launch's longest deadline) ended it, not its own 10 s deadline
     assert o["slowest_s"] < 10
-    assert "diagnosis: re-run alone with collective checks" in proc.stdout
+    assert "diagnosis: re-run alone with collective checks" in fault_run.stdout
     assert results["fault_after_mismatch"]["status"] == "pass"
 
 
 def test_sys_exit_inside_a_case_is_named_and_the_rank_goes_on(fault_run):
-    _, _, _, results = fault_run
+    results = fault_run.results
     f = _by_rank(results["fault_clean_exit"])
     assert f.keys() == {1}
     assert f[1]["error"].startswith("exited with code 0 inside the case (SystemExit at step compute)")
@@ -157,14 +212,14 @@ def test_sys_exit_inside_a_case_is_named_and_the_rank_goes_on(fault_run):
 
 
 def test_an_all_nan_reference_fails_instead_of_passing(fault_run):
-    _, _, _, results = fault_run
+    results = fault_run.results
     f = _by_rank(results["fault_all_nan_reference"])
     assert f[0]["step"] == "compare" and "reference has NaN/Inf (16 of 16 elements" in f[0]["error"]
     assert results["fault_after_nan"]["status"] == "pass"
 
 
 def test_assertion_failure_does_not_relaunch_but_a_broken_group_does(fault_run):
-    _, proc, _, results = fault_run
+    results = fault_run.results
     launch = {k: v["launch_dir"] for k, v in results.items()}
     # An assertion failure and an error the health probe survives keep the launch going.
     assert launch["fault_assert"] == launch["fault_error_one_rank"] == launch["fault_after_error"] \
@@ -172,10 +227,13 @@ def test_assertion_failure_does_not_relaunch_but_a_broken_group_does(fault_run):
     assert _by_rank(results["fault_error_one_rank"]).keys() == {1}
     # A destroyed communicator fails the probe: the next case runs in a fresh launch.
     assert launch["fault_after_broken"] != launch["fault_broken_communicator"]
-    assert "a rank's end-of-case fence failed" in proc.stdout
-    broken_log = (_out_dir(fault_run) / "ranks" / launch["fault_broken_communicator"] / "rank1.log").read_text()
+    errors = fault_run.runs["errors"][2]
+    assert "a rank's end-of-case fence failed" in errors
+    broken = launch["fault_broken_communicator"]
+    broken_log = (fault_run.out("fault_broken_communicator") / "ranks" / broken / "rank1.log").read_text()
     assert "case fence failed: ValueError" in broken_log  # the destroyed group ends the rank cleanly
-    assert "/case_faults_import.py: 28/28 case(s) done, launch w2" in proc.stdout  # live progress lines
+    done = len(DRILLS["errors"])
+    assert f"/case_faults_import.py: {done}/{done} case(s) done, launch w2" in errors  # live progress lines
 
 
 TEARDOWN = "case_faults_teardown.py"
@@ -220,18 +278,20 @@ class _Report(HTMLParser):
 
 
 def test_html_report_shows_failing_ranks_and_links_resolve(fault_run):
-    _, _, out, results = fault_run
-    report = _Report()
-    report.feed((out / "report.html").read_text())
-    assert set(report.rows) == set(results)
-    text, links = report.rows["fault_exit"]
+    rows = {}
+    for _, _, _, out, results in fault_run.runs.values():
+        report = _Report()
+        report.feed((out / "report.html").read_text())
+        assert set(report.rows) == set(results)
+        all_links = [href for _, hrefs in report.rows.values() for href in hrefs]
+        assert len(all_links) == len(results) * 2 * 2  # cases x 2 ranks x (log, jsonl)
+        assert all((out / href).is_file() for href in all_links)
+        rows.update(report.rows)
+    text, links = rows["fault_exit"]
     assert "crash @ compute" in text and "the rank died (exit 7)" in text
-    assert any(f"{results['fault_exit']['launch_dir']}/rank1.log" in href for href in links)
-    text, links = report.rows["fault_hang_loop"]
+    assert any(f"{fault_run.results['fault_exit']['launch_dir']}/rank1.log" in href for href in links)
+    text, links = rows["fault_hang_loop"]
     assert "timeout @ output-metadata" in text and "timeout @ run" in text
-    all_links = [href for _, hrefs in report.rows.values() for href in hrefs]
-    assert len(all_links) == len(results) * 2 * 2  # cases x 2 ranks x (log, jsonl)
-    assert all((out / href).is_file() for href in all_links)
 
 
 def test_sigterm_keeps_recorded_results_and_leaves_no_rank(tmp_path):
