@@ -168,7 +168,7 @@ def bench_packing(scale: float) -> None:
 
 _ISOLATION = """
 import time
-from meshtest.platforms.torch_gloo import TorchGlooBackend
+from meshtest.platforms.torch.gloo import TorchGlooBackend
 from meshtest.rank.entry import case_seed, state_changes
 b, n = TorchGlooBackend(), 2000
 t = time.perf_counter()

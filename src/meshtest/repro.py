@@ -16,7 +16,7 @@ propagates (its traceback, exit 1).
 The op comes as source: the case file's function (a ``def`` or a ``lambda``) and what it uses
 from its module — the file's functions, constants and ``import`` statements (never
 meshtest's) — found from the function's code; a generated case's op is its OpInfo, called on
-its sample's arguments (``fn.repro_source()``, :mod:`meshtest.platforms.torch_opinfo`).
+its sample's arguments (``fn.repro_source()``, :mod:`meshtest.platforms.torch.opinfo`).
 
 A training case (``TrainCase``) becomes its model, data, loss, plan, optimizer and scheduler as
 source (from the case file and the checkout's modules it imports: models, plans), the torch

@@ -27,7 +27,7 @@ def _core_modules():
 def test_every_core_module_imports_with_torch_blocked(tmp_path):
     mods = _core_modules()
     assert "meshtest.parent.runner" in mods and "meshtest.rank.entry" in mods and len(mods) >= 12
-    assert "meshtest.platforms.backend" in mods and "meshtest.platforms.torch_gloo" not in mods
+    assert "meshtest.platforms.backend" in mods and not any(m.startswith("meshtest.platforms.torch") for m in mods)
     assert "meshtest.parent.executor" in mods and RAY_EXECUTOR not in mods
     case = tmp_path / "case_x.py"
     case.write_text("register(OpShardCase(name='a', mesh_shape=(2, 2), tags=('cpu_level0',)))\n")

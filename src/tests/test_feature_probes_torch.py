@@ -7,7 +7,8 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from meshtest.model.rules import FEATURES
-from meshtest.platforms.torch_gloo import FEATURE_PROBES, TorchGlooBackend
+from meshtest.platforms.torch.gloo import TorchGlooBackend
+from meshtest.platforms.torch.probes import FEATURE_PROBES
 
 
 def test_every_feature_has_a_probe():

@@ -68,9 +68,9 @@ def test_a_view_whose_dtensor_claims_contiguous_strides_fails_at_output_metadata
 
 ORDER = os.path.join(REPO, "cases", "faults", "case_faults_order.py")
 KEEP_CACHES = '''
-from meshtest.platforms.torch_gloo import TorchGlooBackend
+from meshtest.platforms.torch.backend import TorchBackend
 
-TorchGlooBackend.forget_cached_decisions = lambda self: None
+TorchBackend.forget_cached_decisions = lambda self: None
 '''
 
 

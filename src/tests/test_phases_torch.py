@@ -94,7 +94,7 @@ import os, signal, sys
 import torch
 from cases.torch.training.models import adam, decaying_lr, mse, noisy_stack, regression
 from meshtest import TrainCase
-from meshtest.platforms.torch_gloo import TorchGlooBackend
+from meshtest.platforms.torch.gloo import TorchGlooBackend
 
 case = TrainCase(name="interrupted", model=noisy_stack, data=regression, loss=mse, optimizer=adam,
                  scheduler=decaying_lr, steps=2, mesh_shape=(1,), tags=("cpu_faults",)).validated("inline")

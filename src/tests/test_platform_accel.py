@@ -140,7 +140,7 @@ def test_the_npu_config_installs_torch_npu_for_every_runner():
     with "No module named 'torch_npu'" (found by running pants.npu.toml here: docs/platforms.md)."""
     import tomllib
 
-    from meshtest.platforms.torch_accel import TorchHcclBackend
+    from meshtest.platforms.torch.accel import TorchHcclBackend
 
     with open(os.path.join(ROOT, "pants.npu.toml"), "rb") as f:
         config = tomllib.load(f)

@@ -28,7 +28,7 @@ def _meshtest(*args, timeout=600):
 
 @pytest.fixture
 def world():
-    from meshtest.platforms.torch_local import TorchLocalBackend
+    from meshtest.platforms.torch.local_lane import TorchLocalBackend
 
     b = TorchLocalBackend()
     b.set_world(2)
@@ -38,10 +38,10 @@ def world():
 
 def test_the_hook_records_each_distinct_call_with_its_rule_and_proves_mutants(world):
     from meshtest.model.placement import Replicate, Shard
-    from meshtest.platforms import torch_rules, torch_witness
+    from meshtest.platforms.torch import rules, witness
 
     b, mesh = world
-    with torch_rules.CallRecorder() as rec:
+    with rules.CallRecorder() as rec:
         def contract():
             return torch.mm(b.distribute(torch.randn(4, 6), mesh, [Shard(1)]),
                             b.distribute(torch.randn(6, 3), mesh, [Shard(0)]))
@@ -56,51 +56,51 @@ def test_the_hook_records_each_distinct_call_with_its_rule_and_proves_mutants(wo
     mm, softmax, total = rec.calls
     assert mm["out"] == [["P(sum)"]] and mm["args"][0] == {"t": [4, 6], "dtype": "float32", "p": ["S(1)"]}
     assert softmax["to"] == [["R"]] and softmax["args"][1:] == [{"v": 1}, {"v": False}]
-    assert set(torch_rules.fault_sites(mm)) == {"partial_as_replicate", "shard_instead_of_partial", "wrong_reduce_op"}
-    assert set(torch_rules.fault_sites(softmax)) == {"missing_redistribute", "gather_skipped", "gather_reversed"}
-    assert "shard_instead_of_partial" not in torch_rules.fault_sites(total)  # a 0-d output has no dim to shard
+    assert set(rules.fault_sites(mm)) == {"partial_as_replicate", "shard_instead_of_partial", "wrong_reduce_op"}
+    assert set(rules.fault_sites(softmax)) == {"missing_redistribute", "gather_skipped", "gather_reversed"}
+    assert "shard_instead_of_partial" not in rules.fault_sites(total)  # a 0-d output has no dim to shard
 
-    ok, why = torch_witness.prove("aten.mm.default:partial_as_replicate", rec.calls, b)
+    ok, why = witness.prove("aten.mm.default:partial_as_replicate", rec.calls, b)
     assert ok and "differs from the reference" in why
-    ok, why = torch_witness.prove("aten._softmax.default:gather_skipped", rec.calls, b)
+    ok, why = witness.prove("aten._softmax.default:gather_skipped", rec.calls, b)
     assert ok and "inputs [['S(1)']]" in why
-    ok, why = torch_witness.prove("aten._softmax.default:partial_as_replicate", rec.calls, b)
+    ok, why = witness.prove("aten._softmax.default:partial_as_replicate", rec.calls, b)
     assert not ok and "no recorded call" in why
     odd = dict(mm, args=[{"x": "<object>"}] + mm["args"][1:])
-    ok, why = torch_witness.prove("aten.mm.default:wrong_reduce_op", [odd], b)
+    ok, why = witness.prove("aten.mm.default:wrong_reduce_op", [odd], b)
     assert not ok and "not replayable" in why
     with pytest.raises(ValueError, match="unknown fault 'nope'"):
-        torch_rules.activate("aten.mm.default:nope")
+        rules.activate("aten.mm.default:nope")
 
 
 def test_each_fault_below_the_rules_is_proven_by_a_witness_and_has_its_site(world):
-    """The faults of torch_layer_faults (redistribute, collective, argument normalisation, view
+    """The faults of meshtest.platforms.torch.layer_faults (redistribute, collective, argument normalisation, view
     analysis, local offset): each has a site in a call that needs it and a witness that tells it
     apart."""
     from meshtest.model.placement import Partial, Shard
-    from meshtest.platforms import torch_layer_faults, torch_rules, torch_witness
+    from meshtest.platforms.torch import layer_faults, rules, witness
 
     b, mesh = world
-    with torch_rules.CallRecorder() as rec:
+    with rules.CallRecorder() as rec:
         torch.exp(b.distribute(torch.randn(4, 6), mesh, [Partial("sum")]))
         torch.softmax(b.distribute(torch.randn(4, 6), mesh, [Shard(1)]), dim=-1)
         torch.argmax(b.distribute(torch.randn(6, 4), mesh, [Shard(0)]), dim=0)
         b.distribute(torch.randn(4, 6), mesh, [Shard(1)]).view(4, 2, 3)
     by_op = {c["op"]: c for c in rec.calls}
     exp, softmax, argmax = by_op["aten.exp.default"], by_op["aten._softmax.default"], by_op["aten.argmax.default"]
-    assert {"reduce_skipped", "reduce_op_swapped"} <= set(torch_rules.fault_sites(exp))
-    assert {"gather_reversed", "negative_dim_off"} <= set(torch_rules.fault_sites(softmax))
-    assert "shard_offset_dropped" in torch_rules.fault_sites(argmax)
-    assert not {"gather_reversed", "negative_dim_off"} & set(torch_rules.fault_sites(exp))
+    assert {"reduce_skipped", "reduce_op_swapped"} <= set(rules.fault_sites(exp))
+    assert {"gather_reversed", "negative_dim_off"} <= set(rules.fault_sites(softmax))
+    assert "shard_offset_dropped" in rules.fault_sites(argmax)
+    assert not {"gather_reversed", "negative_dim_off"} & set(rules.fault_sites(exp))
     for mutant in ("aten.exp.default:reduce_skipped", "aten.exp.default:reduce_op_swapped",
                    "aten._softmax.default:gather_reversed", "aten._softmax.default:negative_dim_off",
                    "aten.argmax.default:shard_offset_dropped", "aten.view.default:view_split_piece"):
-        ok, why = torch_witness.prove(mutant, rec.calls, b)
+        ok, why = witness.prove(mutant, rec.calls, b)
         assert ok, (mutant, why)
     # gated by the operator: softmax's call has no Partial input, so the fault changes nothing there
-    ok, why = torch_witness.prove("aten._softmax.default:reduce_skipped", rec.calls, b)
+    ok, why = witness.prove("aten._softmax.default:reduce_skipped", rec.calls, b)
     assert not ok, why
-    assert set(torch_layer_faults.LAYER_FAULTS) <= set(b.faults())
+    assert set(layer_faults.LAYER_FAULTS) <= set(b.faults())
 
 
 @nightly  # a mutation run (a long suite: its own command, docs/strength.md)

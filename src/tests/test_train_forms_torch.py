@@ -16,8 +16,8 @@ REPO = os.path.dirname(SRC_ROOT)
 FILE = os.path.join("cases", "torch", "training", "case_train_l2_model_reads.py")
 
 STUCK_BASELINE = '''
-from meshtest.platforms import torch_gloo
 from meshtest.platforms.backend import TrainContext
+from meshtest.platforms.torch import training
 
 
 class StuckAtFirstMicroBatch(TrainContext):
@@ -25,16 +25,16 @@ class StuckAtFirstMicroBatch(TrainContext):
         object.__setattr__(self, name, 0 if name == "micro" else value)
 
 
-real = torch_gloo.TorchGlooBackend._train_step
+real = training.train_step
 
 
-def baseline_stuck(self, case, model, opt, sched, named, step, ctx, custom, parallel, light=False):
+def baseline_stuck(backend, case, model, opt, sched, named, step, ctx, custom, parallel, light=False):
     if not parallel:
         ctx.__class__ = StuckAtFirstMicroBatch
-    return real(self, case, model, opt, sched, named, step, ctx, custom, parallel, light)
+    return real(backend, case, model, opt, sched, named, step, ctx, custom, parallel, light)
 
 
-torch_gloo.TorchGlooBackend._train_step = baseline_stuck
+training.train_step = baseline_stuck
 '''
 
 

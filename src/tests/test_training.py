@@ -250,7 +250,7 @@ def test_every_seed001_domain_has_mechanism_and_single_capability_cases():
     """The capability table of cases/torch/training: every capability domain of the training net (minus HSDP and
     torch.compile) has a layer-1 and a layer-2 case (python -m meshtest coverage)."""
     from meshtest.model.scan import scan_case_file
-    from meshtest.platforms.torch_gloo import TorchGlooBackend
+    from meshtest.platforms.torch.gloo import TorchGlooBackend
     from meshtest.report.coverage import read_domains
 
     root = os.path.join(REPO, "cases", "torch", "training")

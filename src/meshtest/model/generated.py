@@ -35,7 +35,7 @@ from ..errors import CaseDeclarationError
 FORMAT = 1
 #: Generator name → the platform module that materialises its entries (``materialize(entry,
 #: manifest)`` → an ``OpShardCase``). Imported on the ranks only.
-GENERATORS = {"torch-opinfo": "meshtest.platforms.torch_opinfo"}
+GENERATORS = {"torch-opinfo": "meshtest.platforms.torch.opinfo"}
 #: Fields every manifest entry has. ``name``, ``mesh_shape``, ``tags`` and ``known_failure`` are
 #: the scanned ones; the others are the generator's own description of the case.
 ENTRY_FIELDS = ("name", "mesh_shape", "tags", "known_failure")

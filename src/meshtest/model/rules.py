@@ -322,7 +322,7 @@ def check_spec_id(file: str, case: str, spec_id: Any) -> Optional[str]:
 
 #: The one-process lane's tag: on the build target and the cases of every ``cpu_level0`` case
 #: the lane can run (:func:`runs_locally`); ``--tag=cpu_local`` selects them and runs them with
-#: every rank simulated in one process (:mod:`meshtest.platforms.torch_local`). A case may also
+#: every rank simulated in one process (:mod:`meshtest.platforms.torch.local_lane`). A case may also
 #: declare it as its gate: it is then in the lane's signal but not in the ``cpu_level0`` job on
 #: real ranks (the generated level-0 sample, whose real-rank run is at ``cpu_level1``).
 LOCAL_LANE_TAG = "cpu_local"

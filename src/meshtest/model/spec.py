@@ -325,7 +325,7 @@ class OpShardCase(_Case):
     :param needs_mesh: see ``mesh_dim_names``.
     :param solo_launcher: run this case in a launch of its own.
     :param simulation_limit: why the one-process lane (``--tag=cpu_local``,
-        :mod:`meshtest.platforms.torch_local`) cannot give this case the real lane's verdict (a
+        :mod:`meshtest.platforms.torch.local_lane`) cannot give this case the real lane's verdict (a
         known limit of torch's rank simulation, as measured by ``tools/lane_diff.py``): the
         case then runs on real ranks only and is not tagged ``cpu_local``.
     :param known_failure: the failure the platform is known to have on this case

@@ -359,7 +359,7 @@ def _launch_env(device_kind: str, slot_ids: Sequence[int]) -> Dict[str, str]:
     env[DEVICE_VISIBILITY_ENV.get(device_kind, "MESHTEST_SLOT_IDS")] = ",".join(map(str, slot_ids))
     if device_kind == "npu":
         # torch_npu, once installed, is auto-loaded by `import torch` and fails it where CANN is
-        # missing; the NPU backend imports it itself (meshtest.platforms.torch_accel)
+        # missing; the NPU backend imports it itself (meshtest.platforms.torch.accel)
         env.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     return env
 

@@ -519,7 +519,7 @@ class ShardBackend(ABC):
         ``NoParallel``, ``parallelize_module``; ``Shard``/``Replicate``/``Partial``, ``DTensor``,
         ``distribute_tensor``; ``CommDebugMode``; ``fully_shard`` — and, as ``torch``, ``nn`` and
         ``F``, a tensor library with torch's API (what scenarios build modules and inputs
-        with). See :mod:`meshtest.platforms.torch_gloo` for the torch platform's namespace.
+        with). See :mod:`meshtest.platforms.torch.api` for the torch platform's namespace.
 
         :raises NotImplementedError: the platform runs op cases only.
         """
@@ -604,9 +604,9 @@ def load_backend(platform: str, lane: str = "ranks", device_kind: str = "cpu") -
     return getattr(importlib.import_module(module), cls)()
 
 
-register_backend(BackendInfo("torch", "meshtest.platforms.torch_gloo:TorchGlooBackend", launcher="torchrun",
-                             local_target="meshtest.platforms.torch_local:TorchLocalBackend",
-                             device_targets=(("npu", "meshtest.platforms.torch_accel:TorchHcclBackend"),
-                                             ("cuda", "meshtest.platforms.torch_accel:TorchNcclBackend")),
+register_backend(BackendInfo("torch", "meshtest.platforms.torch.gloo:TorchGlooBackend", launcher="torchrun",
+                             local_target="meshtest.platforms.torch.local_lane:TorchLocalBackend",
+                             device_targets=(("npu", "meshtest.platforms.torch.accel:TorchHcclBackend"),
+                                             ("cuda", "meshtest.platforms.torch.accel:TorchNcclBackend")),
                              submeshes=True))
 register_backend(BackendInfo("mindspore", "meshtest.platforms.mindspore_msrun:MindSporeBackend", launcher="msrun"))

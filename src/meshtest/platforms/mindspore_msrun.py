@@ -149,7 +149,7 @@ class MindSporeBackend(ShardBackend):
 
     def init(self, device_kind: str, timeout_s: float) -> None:
         if device_kind == "npu":
-            # HCCL's timeouts, as TorchHcclBackend sets them (meshtest.platforms.torch_accel)
+            # HCCL's timeouts, as TorchHcclBackend sets them (meshtest.platforms.torch.accel)
             os.environ.setdefault("HCCL_CONNECT_TIMEOUT", "120")
             os.environ.setdefault("HCCL_EXEC_TIMEOUT", str(max(1, int(timeout_s))))
             ms.set_device("Ascend", int(os.environ.get("DEVICE_ID", "0")))

@@ -317,7 +317,7 @@ class CaseQueue:
 def run_local_plan(plan: LaunchPlan, out: RankStream, cases: Dict[str, Any], load_errors: Dict[str, str],
                    queue: CaseQueue, worker: int = 0) -> ShardBackend:
     """One worker of the local lane: this process simulates every rank of each case it takes
-    from ``queue`` (:mod:`meshtest.platforms.torch_local`), switching its simulated world when a
+    from ``queue`` (:mod:`meshtest.platforms.torch.local_lane`), switching its simulated world when a
     case's world size differs from the one before (the plan is ordered by mesh), and records
     each case once per simulated rank in its own stream. The same pipeline, seeding, isolation
     and fail-fast rule as :func:`run_plan`; no fence (there are no peers to wait for)."""

@@ -183,7 +183,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     import torch.distributed.tensor  # noqa: F401
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, start_processes
 
-    from ..platforms import torch_gloo  # noqa: F401
+    from ..platforms.torch import gloo  # noqa: F401
 
     global EXITS
     EXITS = RankExits()

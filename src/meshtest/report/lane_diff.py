@@ -19,7 +19,7 @@ lane runs it — ``cpu_level0``, no ``simulation_limit`` — with no local resul
 that declare a ``simulation_limit`` (they run on real ranks only), with their reasons.
 
 A disagreement is a bug to fix — in meshtest's simulation backend
-(``src/meshtest/platforms/torch_local.py``) or in torch's simulator — or a known limit of the
+(``src/meshtest/platforms/torch/local_lane.py``) or in torch's simulator — or a known limit of the
 simulation, which the case then declares (``OpShardCase(simulation_limit="...")``) so that the
 local lane no longer runs it. Exit code 1 when there is a disagreement, when the local lane
 skipped an eligible case, or when there is nothing to compare. Reads files only; stdlib only.

@@ -176,7 +176,7 @@ def verdict_class(outcome: CaseOutcome) -> str:
 
 def weak_cases(manifest_paths: Iterable[str]) -> Dict[str, str]:
     """Generated case name → why its reference cannot tell a wrong answer from a right one (the
-    manifests' ``weak`` fields, :func:`meshtest.platforms.torch_opinfo.weak_reference`: an empty
+    manifests' ``weak`` fields, :func:`meshtest.platforms.torch.opinfo.weak_reference`: an empty
     output, an all-zero or non-finite reference), for the cases that have one."""
     found: Dict[str, str] = {}
     for path in manifest_paths:
@@ -268,7 +268,7 @@ def by_family(ops: Mapping[str, OpCoverage], rules: Mapping[str, str]) -> List[F
 
 def dispatched_by_opinfo(manifest_paths: Iterable[str]) -> Dict[str, Set[str]]:
     """Operator → the OpInfos whose samples dispatch it on plain tensors (the manifests'
-    ``aten`` fields, :mod:`meshtest.platforms.torch_opinfo`)."""
+    ``aten`` fields, :mod:`meshtest.platforms.torch.opinfo`)."""
     found: Dict[str, Set[str]] = {}
     for path in manifest_paths:
         with open(path, encoding="utf-8") as f:

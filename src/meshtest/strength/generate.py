@@ -1,5 +1,5 @@
 """``python -m meshtest generate opinfo``: write (or check) the manifests of the op cases
-generated from torch's OpInfo database (:mod:`meshtest.platforms.torch_opinfo`).
+generated from torch's OpInfo database (:mod:`meshtest.platforms.torch.opinfo`).
 
 Per rule family, ``cases/torch/opinfo/manifest_<family>.json`` holds its level-0 cases and
 ``manifest_<family>_level1_<k>.json`` the level-1-only ones in parts of about
@@ -11,7 +11,7 @@ known failures.
 
 Each manifest's header records what produced it (``produced_by``, :func:`produced_by`): the torch
 version, a digest of the generator's source (:func:`generator_digest`), a digest of the samples
-of the family's OpInfos (:func:`meshtest.platforms.torch_opinfo.sample_digest`) and a digest of
+of the family's OpInfos (:func:`meshtest.platforms.torch.opinfo.sample_digest`) and a digest of
 its entries as generated, before the triage table marked them. ``skipped.json`` records the same
 for the OpInfos that gave no case.
 
@@ -51,8 +51,8 @@ def _torch_module() -> Any:
 
 #: The modules whose source decides what ``generate opinfo`` writes; with every meshtest module
 #: they import at module level, they are the generator's source (:func:`generator_digest`).
-GENERATOR_ROOTS = ("meshtest.strength.generate", "meshtest.platforms.torch_opinfo",
-                   "meshtest.platforms.torch_rules", "meshtest.strength.triage")
+GENERATOR_ROOTS = ("meshtest.strength.generate", "meshtest.platforms.torch.opinfo",
+                   "meshtest.platforms.torch.rules", "meshtest.strength.triage")
 #: The command that checks every manifest by regenerating it whole (the nightly job).
 FULL_CHECK = COMMAND + " --check --full"
 #: The directory holding the ``meshtest`` package.
@@ -156,12 +156,12 @@ def manifests(only: Optional[Sequence[str]] = None, nightly: bool = False, known
     :param known: triage table (:func:`meshtest.strength.triage.load_known`) applied to the entries.
     :param signatures: the value signatures of its marks (:func:`meshtest.strength.triage.load_signatures`).
     :param order: every usable OpInfo key of the whole generation, when ``only`` regenerates some
-        families of it (:func:`meshtest.platforms.torch_opinfo.generate`).
+        families of it (:func:`meshtest.platforms.torch.opinfo.generate`).
     :raises ValueError: a rule of ``known`` names a case no longer generated (a whole generation).
     """
     import torch
 
-    from ..platforms.torch_rules import registered_rules  # the generator is torch's (GENERATORS)
+    from ..platforms.torch.rules import registered_rules  # the generator is torch's (GENERATORS)
     from .triage import apply
 
     mod = _torch_module()
@@ -251,7 +251,7 @@ def check_incremental(out_dir: str, stream: TextIO = sys.stdout) -> int:
     2. the entries' digest matches the entries (no hand edit);
     3. the triage table, applied again to the entries as generated, gives the committed entries
        (a ``known_failures.json`` edited since the last generation);
-    4. every OpInfo's :func:`~meshtest.platforms.torch_opinfo.sample_digest` is drawn; the
+    4. every OpInfo's :func:`~meshtest.platforms.torch.opinfo.sample_digest` is drawn; the
        families (and ``skipped.json``) whose samples' digest changed are regenerated in memory and
        compared file by file; an OpInfo no file names, or one that moved between families, makes
        a whole regeneration necessary.

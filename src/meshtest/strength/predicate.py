@@ -3,7 +3,7 @@ every case the rule names (``cases/torch/opinfo/known_failures.json``, :mod:`mes
 
 A rule's reason says *why* its cases fail ("a Partial(max) input is carried into a complex
 intermediate", "a view of an unevenly sharded dim"). ``requires`` states the same as a
-predicate over a generated case's manifest entry (:mod:`meshtest.platforms.torch_opinfo`), so that
+predicate over a generated case's manifest entry (:mod:`meshtest.platforms.torch.opinfo`), so that
 the generator can refuse a rule that names a case its reason does not describe::
 
     "requires": {"ops": ["fft.hfft*"], "any": ["in\\\\d:P\\\\((max|min)\\\\)"]}

@@ -2,7 +2,7 @@
 
 ``python -m meshtest shrink FILE::CASE`` (and ``triage --shrink``, for one example per group)
 runs the case in this process with every rank simulated (the one-process lane's backend), then
-walks its one-step simplifications (:func:`meshtest.platforms.torch_opinfo.simpler`: fewer mesh
+walks its one-step simplifications (:func:`meshtest.platforms.torch.opinfo.simpler`: fewer mesh
 dims, fewer ranks, a placement made ``Replicate()``, no backward, a smaller sample), keeping the
 first that still fails with the same signature (step and error kind, a mismatch of shape told
 apart from one of values: :func:`failure_kind`), until none does: a 1-minimal case, what a

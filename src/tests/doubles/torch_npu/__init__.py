@@ -1,7 +1,7 @@
 """Test double of ``torch_npu``'s device layer, for the NPU wiring tests on a CPU machine.
 
 Not a mock of meshtest: it stands in for the Ascend extension meshtest's NPU backend imports
-(``meshtest.platforms.torch_accel.TorchHcclBackend``), with the parts of its surface that
+(``meshtest.platforms.torch.accel.TorchHcclBackend``), with the parts of its surface that
 backend uses, behaving as torch_npu documents them:
 
 - ``import torch_npu`` names torch's PrivateUse1 device ``npu`` and adds ``torch.npu``:

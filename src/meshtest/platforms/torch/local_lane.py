@@ -28,14 +28,14 @@ import torch.distributed as dist
 from torch.distributed._local_tensor import LocalIntNode, LocalTensor, LocalTensorMode, maybe_disable_local_tensor_mode
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from ..model.layout import TensorMeta
-from ..model.placement import Partial, Placement
-from .torch_gloo import (
-    TorchGlooBackend,
-    _metadata,
+from ...model.layout import TensorMeta
+from ...model.placement import Partial, Placement
+from .backend import TorchBackend
+from .placement import (
     check_local_shape,
     dtensor_as_given,
     dtensor_from_local,
+    metadata,
     placement_layout,
     tensor_meta,
     to_torch_placement,
@@ -54,7 +54,7 @@ def _rank_value(value: Any, rank: int) -> Any:
     return value
 
 
-class TorchLocalBackend(TorchGlooBackend):
+class TorchLocalBackend(TorchBackend):
     """Torch on CPU, all ranks of one mesh in this process (``fake`` process group +
     ``LocalTensorMode``). :meth:`set_world` switches the simulated world size between cases."""
 
@@ -132,16 +132,16 @@ class TorchLocalBackend(TorchGlooBackend):
         """Every simulated rank's value of ``tensor`` (the same array for a plain tensor)."""
         if isinstance(tensor, LocalTensor):
             with maybe_disable_local_tensor_mode():
-                return {r: TorchGlooBackend.to_numpy(self, t) for r, t in sorted(tensor._local_tensors.items())}
+                return {r: TorchBackend.to_numpy(self, t) for r, t in sorted(tensor._local_tensors.items())}
         with maybe_disable_local_tensor_mode():
-            value = TorchGlooBackend.to_numpy(self, tensor)
+            value = TorchBackend.to_numpy(self, tensor)
         return {r: value for r in self.ranks()}
 
     def prove_mutant(self, mutant: str, calls: Sequence[Dict[str, Any]]) -> Tuple[bool, str]:
-        """Replays recorded calls on this simulated world (:func:`meshtest.platforms.torch_witness.prove`)."""
-        from . import torch_witness
+        """Replays recorded calls on this simulated world (:func:`meshtest.platforms.torch.witness.prove`)."""
+        from . import witness
 
-        return torch_witness.prove(mutant, calls, self)
+        return witness.prove(mutant, calls, self)
 
     def any_rank(self, flag: bool) -> bool:
         return bool(flag)
@@ -153,7 +153,7 @@ class TorchLocalBackend(TorchGlooBackend):
         comparison judges (the real lane stops them at ``output-metadata``)."""
         if not isinstance(tensor, DTensor):
             return None
-        return {r: _metadata(tensor, lambda d, r=r: int(_rank_value(d, r)))[:3] for r in self.ranks()}
+        return {r: metadata(tensor, lambda d, r=r: int(_rank_value(d, r)))[:3] for r in self.ranks()}
 
     def tensor_meta(self, tensor: Any) -> Optional[TensorMeta]:
         """As on real ranks, read on simulated rank 0 (the ranks' agreement on shape and stride is

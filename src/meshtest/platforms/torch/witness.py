@@ -1,10 +1,10 @@
 """Proving a mutant real: replay a recorded DTensor call on fresh inputs, with the mutant off and on.
 
-A recorded call (:func:`meshtest.platforms.torch_rules.call_json`) names the operator, each
+A recorded call (:func:`meshtest.platforms.torch.rules.call_json`) names the operator, each
 tensor input's shape, dtype and placements, the mesh shape and the literal arguments. The replay
 draws fresh inputs of those shapes (seeded: floats standard normal, integers in ``[0, 2)`` so
 that any index is in range, booleans fair), distributes them with the recorded placements on a
-simulated mesh (:class:`meshtest.platforms.torch_local.TorchLocalBackend`), calls the operator
+simulated mesh (:class:`meshtest.platforms.torch.local_lane.TorchLocalBackend`), calls the operator
 and gathers every output (``full_tensor``) on every simulated rank; the reference is the same
 operator on the full tensors. A ``Partial`` input gets different values on the ranks it is
 partial over (zero-sum noise for ``sum``/``avg``; lowered/raised non-first ranks for
@@ -27,9 +27,9 @@ from torch.distributed._local_tensor import maybe_disable_local_tensor_mode
 from torch.distributed.tensor import DTensor
 from torch.utils import _pytree as pytree
 
-from ..model import placement as mp
-from ..model.rules import normalised_dim_names
-from . import torch_rules
+from ...model import placement as mp
+from ...model.rules import normalised_dim_names
+from . import rules
 
 RTOL, ATOL = 1e-4, 1e-5
 #: At most this many recorded calls with the fault's site are tried per mutant.
@@ -100,11 +100,11 @@ def _close(ref: np.ndarray, got: np.ndarray) -> bool:
 class Replay:
     """One recorded call, ready to run repeatedly on the same drawn inputs.
 
-    :raises NotReplayable: see :func:`meshtest.platforms.torch_rules.replayable`.
+    :raises NotReplayable: see :func:`meshtest.platforms.torch.rules.replayable`.
     """
 
     def __init__(self, call: Dict[str, Any], backend: Any, seed: int = 0) -> None:
-        why = torch_rules.replayable(call)
+        why = rules.replayable(call)
         if why:
             raise NotReplayable(why)
         self.call = call
@@ -112,7 +112,7 @@ class Replay:
         self.op = _op(call["op"])
         gen = torch.Generator().manual_seed(seed)
         with maybe_disable_local_tensor_mode():
-            self.fulls = [_draw(a, gen) for a in torch_rules._tensor_args(call)]
+            self.fulls = [_draw(a, gen) for a in rules._tensor_args(call)]
             self.reference = self._numpy(self._run(lambda t, p: t.clone()))
 
     def _run(self, make) -> Any:
@@ -185,21 +185,21 @@ def prove(mutant: str, calls: Sequence[Dict[str, Any]], backend: Any) -> Tuple[b
     output placements or redistributions are the fault's site, tried in order, at most
     :data:`MAX_CALLS`).
 
-    :param backend: a :class:`meshtest.platforms.torch_local.TorchLocalBackend` (its simulated
+    :param backend: a :class:`meshtest.platforms.torch.local_lane.TorchLocalBackend` (its simulated
         world is switched to each call's mesh).
     :returns: (proven, evidence): the witness (``mesh``, input placements, what differed), or
         why no call is one (each tried call's reason, ``;``-separated).
     """
-    op, fault = torch_rules.parse_mutant(mutant)
+    op, fault = rules.parse_mutant(mutant)
     reasons: List[str] = []
     tried = 0
     for call in calls:
-        if call.get("op") != op or fault not in torch_rules.fault_sites(call):
+        if call.get("op") != op or fault not in rules.fault_sites(call):
             continue
         if tried == MAX_CALLS:
             break
         tried += 1
-        where = f"mesh {call['mesh']} inputs {[a['p'] for a in torch_rules._tensor_args(call)]}"
+        where = f"mesh {call['mesh']} inputs {[a['p'] for a in rules._tensor_args(call)]}"
         mesh = _mesh_for(call, backend)  # a failure here is the simulation's, not the call's: it propagates
         try:
             ok, why = _witness(call, mutant, backend, mesh)
@@ -230,12 +230,12 @@ def _witness(call: Dict[str, Any], mutant: str, backend: Any, mesh: Any) -> Tupl
     off = replay.distributed(mesh)
     if off is not None:
         return False, f"does not replay without the mutant ({off})"
-    torch_rules.activate(mutant)
+    rules.activate(mutant)
     try:
         on = replay.distributed(mesh)
-        reached = torch_rules.reached()
+        reached = rules.reached()
     finally:
-        torch_rules.activate("")
+        rules.activate("")
     if not reached:
         return False, "the mutant changed no propagated call"
     if on is None:

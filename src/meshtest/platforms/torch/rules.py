@@ -36,7 +36,7 @@ from torch.distributed.tensor._op_schema import OpSchema, OutputSharding
 from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
 
-from . import torch_layer_faults
+from . import layer_faults
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ class _Hook:
 
     def __call__(self, schema: OpSchema, *args: Any, **kwargs: Any) -> Any:
         try:
-            with torch_layer_faults.propagating(str(schema.op)):
+            with layer_faults.propagating(str(schema.op)):
                 result = self.inner(schema, *args, **kwargs)
         except NotImplementedError:
             if self.recorder is not None:
@@ -356,10 +356,10 @@ class CallRecorder:
 
 
 #: Every fault a mutant may carry: those of the rules' output (:data:`FAULTS`) and those below it
-#: (:data:`meshtest.platforms.torch_layer_faults.LAYER_FAULTS`), name → what it does.
+#: (:data:`meshtest.platforms.torch.layer_faults.LAYER_FAULTS`), name → what it does.
 ALL_FAULTS: Dict[str, str] = {**{name: what for name, (what, _) in FAULTS.items()},
                               **{name: f"{what} ({layer})" for name, (what, layer)
-                                 in torch_layer_faults.LAYER_FAULTS.items()}}
+                                 in layer_faults.LAYER_FAULTS.items()}}
 
 
 def parse_mutant(mutant: str) -> Tuple[str, str]:
@@ -376,7 +376,7 @@ def parse_mutant(mutant: str) -> Tuple[str, str]:
 
 def activate(mutant: str) -> None:
     """From now on in this process, operator ``op``'s sharding rule — or, for a fault of
-    :mod:`meshtest.platforms.torch_layer_faults`, what DTensor does below it for ``op`` — carries
+    :mod:`meshtest.platforms.torch.layer_faults`, what DTensor does below it for ``op`` — carries
     ``fault`` (``mutant`` = ``"op:fault"``, :func:`parse_mutant`); ``""`` deactivates.
 
     :raises ValueError: see :func:`parse_mutant`."""
@@ -390,14 +390,14 @@ def activate(mutant: str) -> None:
             layer = (op, fault)
         log.info("mutant %s active: %s", mutant, ALL_FAULTS[fault])
     h.set(h.cached.recorder, chosen)
-    torch_layer_faults.set_active(*layer)
+    layer_faults.set_active(*layer)
     _clear_sharding_prop_cache()
 
 
 def reached() -> int:
     """How many propagated calls (or, for a layer fault, values) the active mutant has changed
     since :func:`activate`."""
-    return _hooks().reached + torch_layer_faults.reached()
+    return _hooks().reached + layer_faults.reached()
 
 
 def fault_sites(call: Dict[str, Any]) -> List[str]:
@@ -417,7 +417,7 @@ def fault_sites(call: Dict[str, Any]) -> List[str]:
             sites.append("wrong_reduce_op")
     if any(p.startswith("S(") and n >= 2 for o, n in outs for p in o):
         sites.append("wrong_shard_dim")
-    sites += torch_layer_faults.sites(call, _tensor_args(call))
+    sites += layer_faults.sites(call, _tensor_args(call))
     sources = [a["p"] for a in _tensor_args(call)]
     moved = [(s, t) for src, dst in zip(sources, call.get("to", [])) for s, t in zip(src, dst) if s != t]
     if moved:
@@ -447,7 +447,7 @@ def _tensor_args(call: Dict[str, Any]) -> List[Dict[str, Any]]:
 
 
 def replayable(call: Dict[str, Any]) -> Optional[str]:
-    """``None`` when :func:`meshtest.platforms.torch_witness.replay` can rebuild this call, else why not."""
+    """``None`` when :func:`meshtest.platforms.torch.witness.replay` can rebuild this call, else why not."""
     if "error" in call:
         return call["error"]
     text = json.dumps(call)

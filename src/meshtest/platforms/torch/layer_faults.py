@@ -2,7 +2,7 @@
 normalisation, in the view rules' dim analysis and in the local offset computation — the places a DTensor bug hides
 when every rule returns the right placements.
 
-:mod:`meshtest.platforms.torch_rules` mutates what a rule *says* (its ``OutputSharding``). The
+:mod:`meshtest.platforms.torch.rules` mutates what a rule *says* (its ``OutputSharding``). The
 faults here leave the rules alone and break what DTensor *does* with their answer, for one
 operator at a time (a mutant is ``operator:fault`` as there): each is a wrapper, installed once
 per process, around one torch function, that misbehaves only while the mutant's operator is the
@@ -27,9 +27,9 @@ fault                      layer (torch function wrapped)         the bug it sta
                            shape_and_sharding``)                   the wrong piece (the last, not the first)
 =========================  =====================================  ==========================================
 
-The operator is known while it is propagated (the rule hook of ``torch_rules`` calls
+The operator is known while it is propagated (the rule hook of :mod:`.rules` calls
 :func:`propagating`) and while its inputs are redistributed or its custom handler runs (the
-wrappers here); torch's C++ fast path caches a propagation, so ``torch_rules.activate`` clears
+wrappers here); torch's C++ fast path caches a propagation, so ``rules.activate`` clears
 the caches when a mutant starts, and the faulty answer is what gets cached.
 """
 from __future__ import annotations
@@ -277,7 +277,7 @@ OFFSET_OPS = ("aten.argmax.default", "aten.argmin.default")
 
 
 def sites(call: Dict[str, Any], tensor_args: List[Dict[str, Any]]) -> List[str]:
-    """The layer faults that can change a recorded call (:func:`meshtest.platforms.torch_rules.call_json`)."""
+    """The layer faults that can change a recorded call (:func:`meshtest.platforms.torch.rules.call_json`)."""
     found = []
     sources = [a["p"] for a in tensor_args]
     moved = [(s, t) for src, dst in zip(sources, call.get("to", [])) for s, t in zip(src, dst) if s != t]

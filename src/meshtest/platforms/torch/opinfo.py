@@ -43,12 +43,12 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ..errors import Unsupported
-from ..model.known import KnownFailure
-from ..model.layout import chunk
-from ..model.local_input import LocalInput
-from ..model.placement import Partial, Placement, Replicate, Shard
-from ..model.spec import CompareSpec, InputSpec, OpShardCase
+from ...errors import Unsupported
+from ...model.known import KnownFailure
+from ...model.layout import chunk
+from ...model.local_input import LocalInput
+from ...model.placement import Partial, Placement, Replicate, Shard
+from ...model.spec import CompareSpec, InputSpec, OpShardCase
 
 log = logging.getLogger(__name__)
 
@@ -704,7 +704,7 @@ class Discovery:
 
 def discover(rules: Dict[str, str], only: Optional[Iterable[str]] = None) -> Discovery:
     """Every OpInfo of ``op_db`` with CPU float32 samples that dispatch an operator with a
-    registered rule (``rules``: operator → family, :func:`meshtest.platforms.torch_rules.registered_rules`),
+    registered rule (``rules``: operator → family, :func:`meshtest.platforms.torch.rules.registered_rules`),
     as a :class:`Discovery` (the usable samples per dtype, each OpInfo's family, the others with
     their reason).
 
@@ -1100,7 +1100,7 @@ def simpler(e: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
 
 @functools.lru_cache(maxsize=1)
 def _rules() -> Dict[str, str]:
-    from .torch_rules import registered_rules
+    from .rules import registered_rules
 
     return registered_rules()
 

@@ -1,7 +1,7 @@
 """torch.distributed.tensor on an accelerator: Ascend NPUs over hccl (:class:`TorchHcclBackend`,
 the Torch Ascend deployment) and CUDA GPUs over nccl (:class:`TorchNcclBackend`).
 
-The DTensor side is :class:`meshtest.platforms.torch_gloo.TorchGlooBackend`'s; what differs is
+The DTensor side is :class:`meshtest.platforms.torch.backend.TorchBackend`'s; what differs is
 the device layer, reached only through torch's device-module interface (``torch.npu`` once
 ``torch_npu`` is imported, ``torch.cuda``):
 
@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-from .torch_gloo import TorchGlooBackend
+from .backend import TorchBackend
 
 log = logging.getLogger("meshtest.rank")
 
@@ -40,7 +40,7 @@ log = logging.getLogger("meshtest.rank")
 HOST_TENSORS_ENV = "MESHTEST_HOST_TENSORS"
 
 
-class TorchAcceleratorBackend(TorchGlooBackend):
+class TorchAcceleratorBackend(TorchBackend):
     """Torch DTensor on ``device_type`` devices over the ``dist_backend`` process group."""
 
     #: meshtest's device kind (``--device-kind``)
@@ -120,7 +120,7 @@ class TorchAcceleratorBackend(TorchGlooBackend):
 
     def make_mesh(self, shape: Tuple[int, ...], names: Tuple[str, ...]) -> Any:
         return init_device_mesh(self._mesh_type, tuple(shape), mesh_dim_names=tuple(names))
-    # make_replicated_mesh: TorchGlooBackend's, over this make_mesh
+    # make_replicated_mesh: TorchBackend's, over this make_mesh
 
     def make_tensor(self, array: np.ndarray, dtype: str, requires_grad: bool = False) -> Any:
         t = super().make_tensor(array, dtype).to(self._device)
