@@ -441,7 +441,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .parent.runner import RunOptions, run
+    from .parent.options import RunOptions
+    from .parent.runner import run
 
     files, names = _split_specs(args.specs)
     missing = [f for f in files if not os.path.isfile(f)]
@@ -507,23 +508,24 @@ def _cmd_strength(args: argparse.Namespace) -> int:
 
 
 def _dry_run(files: Sequence[str], opts) -> int:
-    """Print what ``run`` would launch (``$MESHTEST_DRY_RUN``); exit 1 when a file fails its scan."""
-    from .parent.planner import select_cases
-    from .parent.runner import plan_run, scan_files
-    from .parent.selection import narrow
+    """Print what ``run`` would launch (``$MESHTEST_DRY_RUN``): the run plan
+    (:func:`meshtest.parent.plan.make_plan`, the one the run itself makes); exit 1 when a file
+    fails its scan."""
+    from .parent.plan import make_plan
+    from .parent.runner import scan_files
 
     cases, errors, _ = scan_files(files)
-    selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns))
-    selected, lines, _ = narrow(selected, opts.keyword, opts.last_failed, opts.cache_dir)
-    for line in lines:
+    plan = make_plan(cases, opts)
+    for line in plan.notes:
         print(f"meshtest: {line}")
-    groups, need = plan_run(selected, opts, {})
-    print(f"meshtest: dry run ({DRY_RUN_ENV}): {len(selected)} case(s) from {len(files)} file(s) in "
-          f"{len(groups)} launch group(s), {need} device slot(s); nothing launched")
+    print(f"meshtest: dry run ({DRY_RUN_ENV}): {len(plan.selected)} case(s) from {len(files)} file(s) in "
+          f"{len(plan.groups)} launch group(s), {plan.need} device slot(s); nothing launched")
     for f in files:
-        print(f"  file {f}: {sum(c.file == f for c in selected)} case(s)")
-    for g in groups:
+        print(f"  file {f}: {sum(c.file == f for c in plan.selected)} case(s)")
+    for g in plan.groups:
         print(f"  would launch {g.group_id}: {len(g.cases)} case(s), {g.processes} process(es)")
+    for o in plan.refused:
+        print(f"  refused {o.file}::{o.case}: {o.failures[0].error if o.failures else o.detail}")
     for e in errors:
         print(f"  scan error {e.file}: {e.failures[0].error if e.failures else e.case}")
     return 1 if errors else 0

@@ -138,7 +138,7 @@ def test_an_msrun_launch_costs_its_own_start_up():
 def test_a_run_without_a_declared_need_holds_enough_slots_for_its_launches_at_once():
     import pytest
 
-    from meshtest.parent.runner import device_need
+    from meshtest.parent.plan import device_need
     from meshtest.parent.slots import SlotRequestError
 
     groups = [_group("w2", 2), _group("w4", 2, world=4)]

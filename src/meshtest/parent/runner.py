@@ -23,113 +23,37 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..contract import DEFAULT_CASE_TIMEOUT_S, CaseOutcome
+from ..contract import CaseOutcome
 from ..errors import DeviceUnavailable, SelectionError
-from ..model import rules
-from ..model.rules import LOCAL_LANE_TAG
 from ..model.scan import FileScan, ScannedCase, case_id, name_of, scan_case_file
 from ..platforms import probe
 from ..platforms.backend import backend_info
 from ..report import reporter
 from ..report.html import write_html_report
 from ..report.junit import write_junit
-from ..report.results import recorded_durations, write_results
+from ..report.results import write_results
 from ..status import Status
 from . import executor, outcomes, relaunch
-from .launch import LaunchResult, RankWatcher, describe_exit, free_port, launch, rendezvous_clashed, salvage
-from .planner import (
-    Group,
-    LaunchSchedule,
-    device_kind_mismatch,
-    lane_of,
-    launch_cost,
-    merge_small_groups,
-    plan_groups,
-    plan_local_groups,
-    select_cases,
-    split_groups,
-    startup_s,
+from .launch import (
+    LaunchResult,
+    RankWatcher,
+    describe_exit,
+    free_port,
+    launch,
+    rendezvous_clashed,
+    salvage,
 )
+from .options import RunOptions
+from .plan import RunPlan, is_ranks_lane, make_plan
+from .planner import Group, LaunchSchedule, device_kind_mismatch
 from .progress import ProgressBoard
-from .selection import cache_dir, narrow, update_lastfailed
-from .slots import DEFAULT_SLOTS, SlotLease, SlotPool, SlotRequestError, default_slot_dir
+from .selection import cache_dir, update_lastfailed
+from .slots import SlotLease, SlotPool, SlotRequestError, default_slot_dir
 
 #: Environment variable with a fixed rendezvous port for the first launch attempt.
 MASTER_PORT_ENV = "MESHTEST_MASTER_PORT"
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """What to run and where to put the evidence.
-
-    :param tag_filters: Pants ``--tag`` style filters, see :func:`meshtest.parent.planner.select_cases`.
-    :param name_patterns: fnmatch patterns on case names, for every file.
-    :param file_patterns: ``(file, patterns)`` pairs: patterns for that file only (``FILE::case``).
-    :param fail_fast: stop at the first failing case (level0 gates); the cases not run are
-        reported ``not_run``. Off: run everything and list every failure (level1).
-    :param collective_checks: the platform's collective fingerprint checks (ranks that enter
-        different collectives fail at once, named): ``on`` in every launch; ``auto`` (default)
-        only to diagnose — a case that timed out, or after which the process group was found
-        broken, is re-run alone with them, and what they find becomes the outcome's
-        ``diagnosis``; ``off`` never. They cost time in every collective (``tools/bench.py``
-        measures it), too much to leave on.
-    """
-
-    artifacts_dir: str
-    platform: str = "torch"
-    device_kind: str = "cpu"
-    tag_filters: Tuple[str, ...] = ()
-    name_patterns: Tuple[str, ...] = ()
-    file_patterns: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
-    case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S
-    slots: int = DEFAULT_SLOTS
-    slot_dir: str = ""
-    device_need: Optional[int] = None
-    target: str = ""
-    fail_fast: bool = False
-    collective_checks: str = "auto"
-    #: ``"ranks"``, ``"local"`` (:data:`meshtest.parent.planner.LANES`), or ``""``: as the tag
-    #: filters say (:func:`meshtest.parent.planner.lane_of`)
-    lane: str = ""
-    #: processes the local lane runs at once (``0``: one per CPU core, at most the pool's slots)
-    local_processes: int = 0
-    #: ``"launches"``: hold ``device_need`` slots (without one: enough for every launch at once,
-    #: up to the pool; :func:`device_need`) and run the launches as they fit; ``"fill"``: hold up
-    #: to every slot of the pool, split long groups (:func:`meshtest.parent.planner.split_groups`)
-    #: and run the launches at once
-    pack: str = "launches"
-    #: ``results.jsonl`` files or directories of earlier runs whose case durations weigh splits
-    #: and launch order (:func:`meshtest.report.results.recorded_durations`)
-    durations_from: Tuple[str, ...] = ()
-    #: record each case's sharding-rule calls (:attr:`meshtest.contract.LaunchPlan.record_ops`)
-    record_ops: bool = False
-    #: ``"operator:fault"`` activated in every launch (:attr:`meshtest.contract.LaunchPlan.mutant`)
-    mutant: str = ""
-    #: when not empty: of the selected cases, only those with these exact names run
-    only_cases: Tuple[str, ...] = ()
-    #: pytest's ``-k`` expression over each case's keywords (:mod:`meshtest.parent.selection`)
-    keyword: str = ""
-    #: ``"lf"`` / ``"ff"``: only / first the cases that failed last (``--lf`` / ``--ff``)
-    last_failed: str = ""
-    #: where the last-failed cases are kept (:func:`meshtest.parent.selection.cache_dir`)
-    cache_dir: str = ""
-    #: ``-1`` (``-q``): a line only for failing cases; ``0``: a line per case; ``1`` (``-v``): each
-    #: line also names the case's file and its launch's rank-log directory
-    verbosity: int = 0
-    #: ``--durations=N``: list the N slowest cases at the end (``0``: all; ``-1``: none)
-    slowest: int = -1
-    #: case IDs the planner puts first in their launch, and their launches first (``--ff``)
-    first: Tuple[str, ...] = ()
-    #: where launches run (:mod:`meshtest.parent.executor`): ``""`` (as ``$MESHTEST_EXECUTOR`` or
-    #: the pool's ``executor`` file says, else ``local``), ``local``, ``auto``, ``ray://HOST:PORT``,
-    #: ``ray:HOST:PORT``
-    executor: str = ""
-
-
-#: Values of ``RunOptions.collective_checks`` / ``--collective-checks``.
-COLLECTIVE_CHECKS = ("auto", "on", "off")
 
 
 @dataclass
@@ -319,25 +243,6 @@ def _poller(on_progress, finished_before: int, on_watch=None, launch_dir: str = 
     return poll
 
 
-def device_need(groups: Sequence[Group], declared: Optional[int], slots: Optional[int] = None) -> int:
-    """Slots this run holds: ``declared`` (the build target's resource tag); without one (the
-    CLI), enough to run its launches at once — the sum of their processes, at most ``slots`` (the
-    pool's size) and at least the largest launch — or, with ``slots`` unknown, the largest.
-
-    :raises SlotRequestError: a group needs more ranks than ``declared`` — the target's tag and the
-        planned launches disagree, which must never pass silently.
-    """
-    largest = max((g.world_size for g in groups), default=0)
-    if declared is None:
-        return largest if slots is None else max(largest, min(slots, sum(g.processes for g in groups)))
-    if largest > declared:
-        raise SlotRequestError(
-            f"launch group {max(groups, key=lambda g: g.world_size).group_id} needs {largest} ranks but the "
-            f"target declared a device need of {declared}; its tags are stale or were typed by hand"
-        )
-    return declared
-
-
 def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     """Scan, select, plan, take device slots, launch each group, report.
 
@@ -360,27 +265,16 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
     if mismatch:
         raise SelectionError(mismatch)
     os.makedirs(opts.artifacts_dir, exist_ok=True)
-    ranks_lane = (opts.lane or lane_of(opts.tag_filters)) != "local"
-    opts, cluster = _with_executor(opts, ranks_lane)
-    node_slots = cluster.shape.largest if cluster is not None else opts.slots
+    opts, cluster = _with_executor(opts, is_ranks_lane(opts))
     cases, scan_errors, scan_notes = scan_files(files)
-    selected = select_cases(cases, opts.device_kind, opts.tag_filters, opts.name_patterns, dict(opts.file_patterns),
-                            node_slots=node_slots)
-    if opts.only_cases:
-        selected = [c for c in selected if c.name in set(opts.only_cases)]
-    selected, lines, failed_first = narrow(selected, opts.keyword, opts.last_failed, opts.cache_dir)
-    scan_notes = list(scan_notes) + lines
-    if failed_first:
-        opts = replace(opts, first=failed_first)
-    if ranks_lane:  # the one-process lane holds no slot per rank
-        where = "" if cluster is None else f"the run's {cluster.describe()}"
-        unplaceable = [c for c in selected if not _placeable(c.device_need, node_slots, opts.slots)]
-        scan_errors += [outcomes.too_large(c, node_slots, where) for c in unplaceable]
-        selected = [c for c in selected if c not in unplaceable]
+    plan = make_plan(cases, opts, cluster.shape.largest if cluster is not None else opts.slots,
+                     "" if cluster is None else f"the run's {cluster.describe()}")
+    opts = plan.options
+    scan_errors = list(scan_errors) + list(plan.refused)
+    scan_notes = list(scan_notes) + list(plan.notes)
     if cluster is not None:
         scan_notes.append(f"launches placed by the {cluster.describe()}")
-    durations = recorded_durations(opts.durations_from) if opts.durations_from else {}
-    groups, need = plan_run(selected, opts, durations)
+    selected, groups = plan.selected, plan.groups
     if groups and opts.device_kind != "cpu":
         # before any slot is taken or launch started: a gate run on the wrong machine stops here
         # device ids are slot ids: every id of the pool must exist, not only the largest launch's count
@@ -399,9 +293,7 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
             emit(scan_notes)
             emit([reporter.format_outcome(o) for o in scan_errors])
             if groups:
-                _run_on_slots(groups, opts, need, opts.target or _label(files), len(selected), result, emit, stream,
-                              lambda g: launch_cost(g, durations, opts.device_kind,
-                                                    backend_info(opts.platform).launcher))
+                _run_on_slots(plan, opts.target or _label(files), result, emit, stream)
         except BaseException as e:  # SIGTERM (SystemExit), Ctrl-C: keep what was recorded so far
             salvaged = _salvage_in_flight(result) + [
                 replace(o, status=Status.NOT_RUN, detail=f"{o.detail}; run interrupted before its next phase")
@@ -444,13 +336,6 @@ def _with_executor(opts: RunOptions, ranks_lane: bool) -> Tuple[RunOptions, Any]
     return replace(opts, executor=spec, slots=cluster.shape.total, slot_dir=pool), cluster
 
 
-def _placeable(ranks: int, node_slots: int, total: int) -> bool:
-    """Whether a launch of ``ranks`` ranks fits: at most ``total`` slots, on nodes of
-    ``node_slots`` slots with the same number of ranks on each (:func:`meshtest.model.rules.nodes_needed`)."""
-    nodes = rules.nodes_needed(ranks, node_slots)
-    return ranks <= total and ranks % nodes == 0 and ranks // nodes <= node_slots
-
-
 def record_last_failed(found: Sequence[CaseOutcome], opts: RunOptions) -> None:
     """Update the last-failed cache with this run's outcomes (every run does, as pytest's cache
     provider does); a cache that cannot be written is a warning, never a lost run."""
@@ -462,54 +347,18 @@ def record_last_failed(found: Sequence[CaseOutcome], opts: RunOptions) -> None:
         print(f"meshtest: warning: the last-failed cache was not updated: {e}", file=sys.stderr)
 
 
-def plan_run(selected: Sequence[ScannedCase], opts: RunOptions,
-             durations: Mapping[str, float]) -> Tuple[List[Group], int]:
-    """The launch groups of a run and the device slots it holds: the one-process lane's launch
-    and its workers, or one group per world size held at :func:`device_need`, or
-    with ``--pack fill`` split groups held at up to every slot.
-
-    :raises SelectionError: the local lane on a platform without one, or a case it cannot run.
-    :raises SlotRequestError: a group needs more ranks than the declared device need.
-    """
-    if (opts.lane or lane_of(opts.tag_filters)) == "local":
-        if not backend_info(opts.platform).local_target:
-            raise SelectionError(f"platform {opts.platform!r} has no one-process lane (--tag={LOCAL_LANE_TAG})")
-        groups = plan_local_groups(selected, local_processes(opts), set(opts.first))
-        return groups, max((g.processes for g in groups), default=1)
-    groups = plan_groups(selected, set(opts.first))
-    info = backend_info(opts.platform)
-    launcher = info.launcher
-    if info.submeshes:
-        groups = merge_small_groups(groups, lambda w: startup_s(opts.device_kind, w, launcher), durations)
-    # a target's declared need may exceed the pool when its largest case does not fit (reported
-    # on its own, :func:`meshtest.parent.outcomes.too_large`): hold at most the pool
-    need = min(device_need(groups, opts.device_need, opts.slots), opts.slots)
-    if opts.pack == "fill":
-        # a device slot of its own per rank (NPU, GPU): a start-up on a slot that would idle is free
-        groups = split_groups(groups, opts.slots, durations, lambda w: startup_s(opts.device_kind, w, launcher),
-                              fill_idle=opts.device_kind != "cpu")
-        need = max(need, min(opts.slots, sum(g.processes for g in groups)))
-    return groups, need
-
-
-def local_processes(opts: RunOptions) -> int:
-    """Processes the local lane runs at once: ``opts.local_processes``, else one per CPU core
-    (the simulation is CPU-bound), never more than the pool's slots."""
-    return max(1, min(opts.local_processes or os.cpu_count() or 1, opts.slots))
-
-
-def _run_on_slots(groups: Sequence[Group], opts: RunOptions, need: int, label: str, selected: int,
-                  result: RunResult, emit, stream, cost=None) -> None:
-    """Hold ``need`` slots of the pool (waiting in line) while the groups run, with a progress board."""
+def _run_on_slots(plan: RunPlan, label: str, result: RunResult, emit, stream) -> None:
+    """Hold the plan's slots of the pool (waiting in line) while its groups run, with a progress board."""
+    opts = plan.options
     pool = SlotPool(opts.slot_dir or default_slot_dir(), opts.slots)
     t0 = time.monotonic()
     before = len(result.outcomes)
-    with pool.acquire(need, label) as lease:
+    with pool.acquire(plan.need, label) as lease:
         result.notes.append(f"device slots {lease.slots} of {opts.slots} held "
                             f"(waited {time.monotonic() - t0:.1f}s; pool {os.path.realpath(pool.directory)})")
-        board = ProgressBoard(os.path.join(pool.directory, "progress"), label, selected, stream)
+        board = ProgressBoard(os.path.join(pool.directory, "progress"), label, len(plan.selected), stream)
         try:
-            _run_groups(groups, opts, lease, result, emit, board, cost)
+            _run_groups(plan, lease, result, emit, board)
         finally:
             board.finish(len(result.outcomes) - before)
 
@@ -641,15 +490,16 @@ class _GroupsAtOnce:
             t.join(timeout=30)
 
 
-def _run_groups(groups: Sequence[Group], opts: RunOptions, lease: SlotLease, result: RunResult, emit,
-                board: Optional[ProgressBoard] = None, cost=None) -> None:
+def _run_groups(plan: RunPlan, lease: SlotLease, result: RunResult, emit,
+                board: Optional[ProgressBoard] = None) -> None:
     """Run the groups into ``result``, each launch on its own slots of ``lease``, as many at once
     as the lease holds slots for (:class:`meshtest.parent.planner.LaunchSchedule`); outcomes are
     reported as each group ends and kept in plan order. A fail-fast run starts no group after a
     failure (the running ones finish) and reports the rest ``not_run``."""
+    opts = plan.options
     scan_errors = len(result.outcomes)  # a broken file fails by itself; it does not stop the others
-    order = {g.group_id: i for i, g in enumerate(groups)}
-    sched = LaunchSchedule(list(groups), sorted(lease.slots), cost)
+    order = {g.group_id: i for i, g in enumerate(plan.groups)}
+    sched = plan.schedule(lease.slots)
     flight = _GroupsAtOnce(opts, lease, result, board, sched)
     ranked: Dict[int, int] = {}
     try:

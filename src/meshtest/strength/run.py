@@ -16,8 +16,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..model.generated import OPINFO_DIR
 from ..model.scan import generated_manifest
+from ..parent.options import RunOptions
 from ..parent.planner import select_cases
-from ..parent.runner import RunOptions, RunResult, run, scan_files
+from ..parent.runner import RunResult, run, scan_files
 from ..report.results import read_results, results_files
 from . import coverage, mutate
 
