@@ -25,7 +25,10 @@ now and with ``--pack fill`` on 8 NPUs); ``--pants-before REF``, the main job at
    ``TORCH_DISTRIBUTED_DEBUG=DETAIL``), and with ``--before REF`` the cpu_level0 main job's wall
    through the CLI (``python -m meshtest run cases/torch/case_*.py --tag cpu_level0``) at REF and
    at the working tree, alternated twice so machine noise hits both, side by side.
-4. ``--pants-before REF``: the main job as README runs it (``./pants --tag=cpu_level0 test
+4. ``--warm --python PY``: the warm launcher (one import of torch per run, each launch forked
+   from it: ``meshtest.parent.warm``) against a new interpreter per launch, on a run of four
+   launches, alternated twice: wall, the machine's CPU seconds and each launch's wall per mode.
+5. ``--pants-before REF``: the main job as README runs it (``./pants --tag=cpu_level0 test
    cases::``, cold: a fresh test-env value per run, pantsd off) in a clone at REF and a clone at
    HEAD, alternated (REF, HEAD, REF, HEAD), with the test processes and launches each started.
 """
@@ -308,6 +311,41 @@ def bench_lanes(python: str) -> None:
             f"fill {fill[0] / slowest:.2f}")
 
 
+def bench_warm(python: str, rounds: int = 2) -> None:
+    """The warm launcher against a new interpreter per launch (``MESHTEST_WARM=0``): a run of four
+    launches (three crashing drills of cases/faults/case_faults.py, each ending its launch, and
+    the cases after them), alternated ``rounds`` times; per mode, the run's wall, the CPU seconds
+    the whole machine spent meanwhile (``/proc/stat``, user + system: the fork server's forks are
+    not this process's children, so ``RUSAGE_CHILDREN`` would miss them; run it on a quiet
+    machine), and each launch's wall from the runner's ``launch ...`` lines."""
+    import re
+
+    def machine_cpu_s() -> float:
+        with open("/proc/stat", encoding="utf-8") as f:
+            user, nice, system = (int(v) for v in f.readline().split()[1:4])
+        return (user + nice + system) / os.sysconf("SC_CLK_TCK")
+
+    cases = ["fault_exit", "fault_after_exit", "fault_segv", "fault_after_segv", "fault_sigkill",
+             "fault_after_sigkill"]
+    print("warm launcher vs a new interpreter per launch (4 launches, cases/faults/case_faults.py crash drills):")
+    for r in range(rounds):
+        for mode in ("cold", "warm"):
+            with tempfile.TemporaryDirectory() as tmp:
+                env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"),
+                       "MESHTEST_WARM": "1" if mode == "warm" else "0"}
+                before = machine_cpu_s()
+                t0 = time.monotonic()
+                cmd = [python, "-m", "meshtest", "run", "cases/faults/case_faults.py", "--tag", "cpu_faults",
+                       *[a for c in cases for a in ("--case", c)], "--artifacts-dir", os.path.join(tmp, "o"),
+                       "--slot-dir", os.path.join(tmp, "s")]
+                proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                wall = time.monotonic() - t0
+                cpu = machine_cpu_s() - before
+                launches = re.findall(r"^launch (\S+): \d+ ranks, \d+ case\(s\), ([0-9.]+)s", proc.stdout, re.M)
+                print(f"  round {r + 1} {mode}: wall {wall:5.1f} s, machine CPU {cpu:5.1f} s, launches "
+                      + ", ".join(f"{name} {sec} s" for name, sec in launches))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-suite", action="store_true")
@@ -326,7 +364,14 @@ def main() -> int:
                     help="with --model: results of earlier real-lane runs (case durations)")
     ap.add_argument("--lanes", action="store_true",
                     help="the one-process lane vs the real lane, and a one-op selection (needs --python)")
+    ap.add_argument("--warm", action="store_true",
+                    help="the warm launcher vs a new interpreter per launch (needs --python); only that runs")
     args = ap.parse_args()
+    if args.warm:
+        if not args.python:
+            ap.error("--warm needs --python: an interpreter with torch installed")
+        bench_warm(args.python)
+        return 0
     if args.lanes and not args.python:
         ap.error("--lanes needs --python: an interpreter with torch installed")
     if args.model or args.lanes:  # the figures of issue 14, side by side in one run

@@ -49,12 +49,35 @@ def processes_alive(marker: str, also: str = "") -> list:
     return found
 
 
+def forked_holding(path: str) -> list:
+    """Live processes forked by the warm launcher (showing the fork server's command line,
+    ``multiprocessing.forkserver``) that hold a file open under ``path``: a warm launch's launcher
+    (its ``launcher.log``) and its ranks (their logs)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or pid == str(os.getpid()):
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().replace(b"\0", b" ").decode(errors="replace")
+            if "multiprocessing.forkserver" not in args:
+                continue
+            held = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        except OSError:
+            continue
+        if any(h.startswith(path) for h in held):
+            found.append(f"{pid} {args} (holding files under {path})")
+    return found
+
+
 def ranks_alive(marker: str) -> list:
     """Command lines of live rank processes whose arguments contain ``marker``: started as
     ``meshtest.rank.entry``, or forked by (and showing the command line of) the CPU launcher
-    ``meshtest.rank.torch_launcher``, which counts too."""
+    ``meshtest.rank.torch_launcher``, which counts too; and a warm launch's processes, which show
+    the fork server's command line, holding files under ``marker`` (:func:`forked_holding`)."""
     return (processes_alive(marker, also="meshtest.rank.entry")
-            + processes_alive(marker, also="meshtest.rank.torch_launcher"))
+            + processes_alive(marker, also="meshtest.rank.torch_launcher")
+            + forked_holding(os.path.abspath(marker)))
 
 
 def assert_nothing_leaked(slot_dir: str, out: str, killed_holders: int = 0) -> None:

@@ -13,13 +13,15 @@ import meshtest
 SRC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__)))
 #: the only module that imports Ray (the `ray` resolve's)
 RAY_EXECUTOR = "meshtest.parent.ray_executor"
+#: what the warm launcher's fork server imports for the torch platform: torch, by design
+TORCH_WARM = "meshtest.rank.torch_warm"
 
 
 def _core_modules():
     mods = ["meshtest"]
     for info in pkgutil.walk_packages(meshtest.__path__, "meshtest."):
         adapter = info.name.startswith("meshtest.platforms.") and info.name != "meshtest.platforms.backend"
-        if not adapter and info.name not in ("meshtest.__main__", RAY_EXECUTOR):
+        if not adapter and info.name not in ("meshtest.__main__", RAY_EXECUTOR, TORCH_WARM):
             mods.append(info.name)
     return mods
 

@@ -37,6 +37,7 @@ from ..contract import (
 )
 from ..platforms.backend import backend_info
 from ..proctree import die_with_parent, kill_tree
+from . import warm
 from .executor import connect as connect_executor
 from .planner import Group
 from .slots import SlotLease
@@ -421,7 +422,9 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
         cluster = connect_executor(executor)
         env = _launch_env(device_kind, slot_ids)
         if cluster is None:
-            handle: Any = LocalLaunch(command(1, 0, "127.0.0.1", master_port), env, logf, lease.fds)
+            warm_modules = backend_info(platform).warm if start == "fork" and warm.enabled(
+                backend_info(platform).warm, device_kind) else ()
+            handle: Any = start_local(command(1, 0, "127.0.0.1", master_port), env, logf, lease.fds, warm_modules)
         else:
             logf.write(f"# placed by {cluster.describe()}\n")
             logf.flush()
@@ -478,6 +481,20 @@ class Unplaced:
 
     def end(self) -> int:
         return 1
+
+
+def start_local(command: Tuple[List[str], Dict[str, str]], env: Dict[str, str], logf: Any, pass_fds: Sequence[int],
+                warm_modules: Sequence[str] = ()) -> Any:
+    """A launch on this machine: forked by the warm launcher (:mod:`meshtest.parent.warm`) when
+    ``warm_modules`` are given and the command is one it runs, else a :class:`LocalLaunch`."""
+    cmd, extra_env = command
+    served = warm.command_module(cmd) if warm_modules and warm.running() else None
+    if served is None:
+        return LocalLaunch(command, env, logf, pass_fds)
+    logf.write("$ " + " ".join(cmd) + "\n")
+    logf.write(f"# forked by the warm launcher (imported once per run: {', '.join(warm_modules)})\n")
+    logf.flush()
+    return warm.WarmLaunch(warm_modules, served[0], served[1], {**env, **extra_env}, logf.fileno(), pass_fds)
 
 
 class LocalLaunch:

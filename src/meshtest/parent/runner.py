@@ -35,13 +35,14 @@ from ..report.html import write_html_report
 from ..report.junit import write_junit
 from ..report.results import write_results
 from ..status import Status
-from . import executor, outcomes, relaunch
+from . import executor, outcomes, relaunch, warm
 from .launch import (
     LaunchResult,
     RankWatcher,
     describe_exit,
     free_port,
     launch,
+    rank_start,
     rendezvous_clashed,
     salvage,
 )
@@ -282,6 +283,10 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
         if why:
             raise DeviceUnavailable(f"cannot run {len(selected)} selected case(s) on device kind "
                                     f"{opts.device_kind!r} here: {why}")
+    warm_modules = backend_info(opts.platform).warm
+    if groups and cluster is None and rank_start(opts.platform, opts.device_kind) == "fork" \
+            and warm.enabled(warm_modules, opts.device_kind):
+        warm.prestart(warm_modules)  # imports the platform while the run takes its slots
     result = RunResult(outcomes=list(scan_errors))
     with open(os.path.join(opts.artifacts_dir, "summary.txt"), "w", encoding="utf-8") as summary:
         def emit(lines: Sequence[str]) -> None:

@@ -539,6 +539,9 @@ class BackendInfo:
     :param submeshes: the backend makes a case's mesh as replicas on sub-meshes of a larger
         launch (:meth:`ShardBackend.make_replicated_mesh`), so the planner may run a small
         group's op cases in a larger launch (:func:`meshtest.parent.planner.merge_small_groups`).
+    :param warm: modules imported once per run by the warm launcher (:mod:`meshtest.parent.warm`)
+        on the ``cpu`` device kind, which then forks each launch's launcher from itself; ``()``:
+        every launch starts a new interpreter.
     """
 
     platform: str
@@ -549,6 +552,7 @@ class BackendInfo:
     #: the hccl backend); a kind not listed uses ``target``.
     device_targets: Tuple[Tuple[str, str], ...] = ()
     submeshes: bool = False
+    warm: Tuple[str, ...] = ()
 
 
 _BACKENDS: Dict[str, BackendInfo] = {}
@@ -608,5 +612,5 @@ register_backend(BackendInfo("torch", "meshtest.platforms.torch.gloo:TorchGlooBa
                              local_target="meshtest.platforms.torch.local_lane:TorchLocalBackend",
                              device_targets=(("npu", "meshtest.platforms.torch.accel:TorchHcclBackend"),
                                              ("cuda", "meshtest.platforms.torch.accel:TorchNcclBackend")),
-                             submeshes=True))
+                             submeshes=True, warm=("meshtest.rank.torch_warm",)))
 register_backend(BackendInfo("mindspore", "meshtest.platforms.mindspore_msrun:MindSporeBackend", launcher="msrun"))
