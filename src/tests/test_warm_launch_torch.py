@@ -89,7 +89,8 @@ def test_a_fork_server_that_did_not_import_its_modules_fails_the_launch_saying_s
         "from meshtest.parent import warm\n"
         "warm.prestart(['meshtest.no_such_module'])\n"
         "log = open(sys.argv[1], 'w')\n"
-        "launch = warm.WarmLaunch(['meshtest.no_such_module'], 'meshtest.rank.entry', ['--help'], {}, log.fileno(), [])\n"
+        "launch = warm.WarmLaunch(['meshtest.no_such_module'], 'meshtest.rank.entry', ['--help'], {},\n"
+        "                         log.fileno(), [])\n"
         "while launch.poll() is None:\n"
         "    time.sleep(0.05)\n"
         "print('exit', launch.end())\n")
