@@ -40,6 +40,7 @@ import types
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
+from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from .model.local_input import LocalInput, assemble
 from .model.placement import Partial, Placement, Replicate, Shard, StridedShard
@@ -322,7 +323,7 @@ def script(spec: str) -> str:
         header += ["", "meshtest's known failure for it: " + known]
     if not_carried:
         header += ["", "Not carried over: " + ", ".join(not_carried) + "."]
-    body = _TEMPLATE.format(
+    body = _render("repro_op.py.j2",
         header="\n".join(header),
         imports="\n".join(sorted(set(imports) - _TEMPLATE_IMPORTS)),
         defs="\n\n".join(d.rstrip() for d in defs),
@@ -334,7 +335,7 @@ def script(spec: str) -> str:
         compare=(case.compare.kind, case.compare.rtol, case.compare.atol, case.compare.allow_nonfinite),
         grad_compare=(grad_spec.kind, grad_spec.rtol, grad_spec.atol, grad_spec.allow_nonfinite),
         outputs=None if case.compare_outputs is None else tuple(case.compare_outputs),
-        grad_seeds=[case.grad_seed(i) for i in range(16)], needs_mesh=bool(case.needs_mesh), compare_np=_COMPARE_NP,
+        grad_seeds=[case.grad_seed(i) for i in range(16)], needs_mesh=bool(case.needs_mesh),
         redistribute_inputs=_placements_source(case.redistribute_inputs),
         local_out=_placements_source(case.local_output_placements),
         redistribute_outputs=_placements_source(case.redistribute_outputs),
@@ -399,9 +400,9 @@ def _train_script(path: str, case: TrainCase) -> str:
               "Exit 0 when every comparison holds, 1 on the first difference (or the run's own error)."]
     if known:
         header += ["", "meshtest's known failure for it: " + known]
-    body = _TRAIN_TEMPLATE.format(
+    body = _render("repro_train.py.j2",
         header="\n".join(header), api=api, imports="\n".join(sorted(set(imports) - _TEMPLATE_IMPORTS)),
-        defs="\n\n".join(d.rstrip() for d in defs) + ("\n" + unset if unset else ""), compare=_COMPARE_NP,
+        defs="\n\n".join(d.rstrip() for d in defs) + ("\n" + unset if unset else ""),
         mesh_shape=tuple(case.mesh_shape), names=tuple(names), steps=case.steps, grad_accum=case.grad_accum,
         batch_split=case.batch_split, clip=case.clip_grad_norm, seed=case.seed(),
         model_ctx=case.model_takes_context, loss_model=case.loss_takes_model,
@@ -426,374 +427,12 @@ def cmd_repro(spec: str, out: str) -> int:
 _TEMPLATE_IMPORTS = {"import base64", "import io", "import sys", "import numpy as np", "import torch",
                      "import torch.distributed as dist"}
 
-_COMPARE_NP = '''def compare_np(label, e, a, spec):
-    """meshtest's comparison of two arrays: shape, dtype, a finite reference, then equal or allclose."""
-    kind, rtol, atol, nonfinite = spec
-    if tuple(e.shape) != tuple(a.shape):
-        return f"{label}: shape {tuple(a.shape)} != reference shape {tuple(e.shape)}"
-    if e.dtype != a.dtype:
-        return f"{label}: dtype {a.dtype} != reference dtype {e.dtype}"
-    if kind == "shape":
-        return None
-    if e.dtype.kind in "fc" and not nonfinite and not np.isfinite(e).all():
-        return f"{label}: the reference holds NaN/Inf"
-    if kind == "equal":
-        bad = ~((e == a) | (np.isnan(e) & np.isnan(a) if e.dtype.kind in "fc" else False))
-        if bad.any():
-            idx = tuple(int(i) for i in np.argwhere(bad)[0])
-            return (f"{label}: {int(bad.sum())} of {bad.size} elements differ; first at {idx} "
-                    f"(got {a[idx]}, expected {e[idx]})")
-        return None
-    close = np.isclose(a.astype(np.complex128 if e.dtype.kind == "c" else np.float64),
-                       e.astype(np.complex128 if e.dtype.kind == "c" else np.float64),
-                       rtol=rtol, atol=atol, equal_nan=nonfinite)
-    if not close.all():
-        diff = np.abs(a.astype(np.float64) - e.astype(np.float64)) if e.dtype.kind != "c" else np.abs(a - e)
-        diff = np.where(close, 0, np.nan_to_num(diff, nan=np.inf))
-        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape)) if diff.ndim else ()
-        return (f"{label}: {int((~close).sum())} of {close.size} elements outside "
-                f"rtol={rtol:g} atol={atol:g}; "
-                f"max abs diff {float(diff[idx]):g} at index {idx} (got {a[idx]}, expected {e[idx]})")
-    return None
-'''
 
-_TEMPLATE = '''#!/usr/bin/env python3
-r"""{header}
-"""
-import base64
-import io
-import sys
-
-import numpy as np
-import torch
-import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
-from torch.distributed.tensor.placement_types import _StridedShard
-
-{imports}
-
-
-nan, inf = float("nan"), float("inf")  # as the literal arrays below write them
-
-
-def _npy(blob):
-    return np.load(io.BytesIO(base64.b64decode(blob)), allow_pickle=False)
-
-
-{defs}
-
-
-MESH_SHAPE = {mesh_shape!r}
-MESH_DIM_NAMES = {names!r}
-PLACEMENTS = [  # one list per input, one placement per mesh dim
-{placements}
-]
-DERIVED = [  # extra inputs computed from the full inputs, then distributed
-{derived}
-]
-INPUTS = [  # (the full input, its dtype, requires_grad)
-{inputs}
-]
-LOCALS = {{  # input index -> this input's local tensor on each mesh coordinate
-{locals}
-}}
-COMPARE = {compare!r}  # (kind, rtol, atol, NaN/Inf allowed in the reference)
-GRAD_COMPARE = {grad_compare!r}
-COMPARE_OUTPUTS = {outputs!r}  # None: every output
-GRAD_SEEDS = {grad_seeds!r}  # seed of the upstream gradient of output i
-NEEDS_MESH = {needs_mesh!r}
-REDISTRIBUTE_INPUTS = {redistribute_inputs}  # the case's step before the op: None, or per input None/placements
-LOCAL_OUTPUT_PLACEMENTS = {local_out}  # with local_fn: the distributed call runs on local shards (local_map)
-REDISTRIBUTE_OUTPUTS = {redistribute_outputs}  # the case's step after the op: per output None/placements
-HAS_LOCAL_FN = {has_local_fn!r}
-TORCH_DTYPES = {{"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
-                "float64": torch.float64, "complex64": torch.complex64, "complex128": torch.complex128,
-                "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
-                "uint8": torch.uint8, "bool": torch.bool}}
-
-
-def tensor(array, dtype, requires_grad=False):
-    t = torch.from_numpy(np.array(array, order="C")).to(TORCH_DTYPES[dtype])
-    return t.requires_grad_(True) if requires_grad else t
-
-
-def as_tuple(out, what):
-    if isinstance(out, torch.Tensor):
-        return (out,)
-    if isinstance(out, (tuple, list)) and out:
-        return tuple(out)
-    raise TypeError(f"{{what}} returned {{type(out).__name__}}, not a tensor or a tuple of tensors")
-
-
-def numpy_of(t):
-    t = t.detach()
-    if t._is_zerotensor():
-        t = torch.zeros(t.shape, dtype=t.dtype)
-    if t.dtype in (torch.float16, torch.bfloat16):
-        t = t.float()
-    return t.contiguous().numpy()
-
-
-def compare(label, want, got, spec):
-    """meshtest's comparison of two tensors: shape, dtype, then compare_np."""
-    if tuple(want.shape) != tuple(got.shape):
-        return f"{{label}}: shape {{tuple(got.shape)}} != reference shape {{tuple(want.shape)}}"
-    if want.dtype != got.dtype:
-        return f"{{label}}: dtype {{got.dtype}} != reference dtype {{want.dtype}}"
-    return compare_np(label, numpy_of(want), numpy_of(got), spec)
-
-
-{compare_np}
-
-def main():
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    mesh = init_device_mesh("cpu", MESH_SHAPE, mesh_dim_names=MESH_DIM_NAMES)
-    coord = tuple(mesh.get_coordinate())
-    full = [tensor(a, dtype, rg) for a, dtype, rg in INPUTS]
-    derived = [d(*[t.detach().clone() for t in full]) for d, _ in DERIVED]
-    ref_in = [t.detach().clone().requires_grad_(t.requires_grad) for t in full + derived]
-    ref = as_tuple(fn(*ref_in, **({{"mesh": None}} if NEEDS_MESH else {{}})), "fn (reference)")
-    dist_in = []
-    for i, t in enumerate(full):
-        if i in LOCALS:
-            local = tensor(LOCALS[i][coord], INPUTS[i][1])
-            d = DTensor.from_local(local, mesh, PLACEMENTS[i], run_check=False, shape=t.shape,
-                                   stride=torch.empty(t.shape, device="meta").stride())
-            dist_in.append(d.detach().requires_grad_(True) if t.requires_grad else d)
-        else:
-            dist_in.append(distribute_tensor(t.detach(), mesh, PLACEMENTS[i]).requires_grad_(t.requires_grad))
-    dist_in += [distribute_tensor(t, mesh, p) for t, (_, p) in zip(derived, DERIVED)]
-    op_in = dist_in
-    if REDISTRIBUTE_INPUTS is not None:
-        op_in = [t if i >= len(REDISTRIBUTE_INPUTS) or REDISTRIBUTE_INPUTS[i] is None
-                 else t.redistribute(mesh, REDISTRIBUTE_INPUTS[i]) for i, t in enumerate(dist_in)]
-    if HAS_LOCAL_FN:
-        from torch.distributed.tensor.experimental import local_map
-
-        placed = LOCAL_OUTPUT_PLACEMENTS[0] if len(LOCAL_OUTPUT_PLACEMENTS) == 1 else tuple(LOCAL_OUTPUT_PLACEMENTS)
-        out = as_tuple(local_map(lambda *xs: local_fn(*xs, mesh=mesh), out_placements=placed,
-                                 device_mesh=mesh)(*op_in), "local_fn")
-    else:
-        out = as_tuple(fn(*op_in, **({{"mesh": mesh}} if NEEDS_MESH else {{}})), "fn (distributed)")
-    if REDISTRIBUTE_OUTPUTS is not None:
-        out = tuple(o if p is None else o.redistribute(mesh, p) for o, p in zip(out, REDISTRIBUTE_OUTPUTS))
-    if len(out) != len(ref):
-        raise ValueError(f"fn returned {{len(out)}} output(s) distributed but {{len(ref)}} on the reference")
-    chosen = range(len(out)) if COMPARE_OUTPUTS is None else COMPARE_OUTPUTS
-    gathered = [(i, out[i].full_tensor() if isinstance(out[i], DTensor) else out[i]) for i in chosen]
-    failures = [m for i, g in gathered for m in [compare(f"output[{{i}}]", ref[i], g, COMPARE)] if m]
-    if not failures and any(t.requires_grad for t in full):
-        floats = [(i, g) for i, g in gathered if ref[i].is_floating_point()]
-        grads = [tensor(np.random.default_rng(GRAD_SEEDS[i]).standard_normal(tuple(ref[i].shape))
-                        .astype("float32" if ref[i].dtype == torch.bfloat16 else str(ref[i].dtype).split(".")[1]),
-                        str(ref[i].dtype).split(".")[1]) for i, _ in floats]
-        torch.autograd.backward([ref[i] for i, _ in floats], grad_tensors=grads)
-        torch.autograd.backward([g for _, g in floats], grad_tensors=[g.clone() for g in grads])
-        for k, t in enumerate(full):
-            if t.requires_grad:
-                want, got = ref_in[k].grad, dist_in[k].grad
-                if want is None or got is None:
-                    path = "reference" if want is None else "distributed"
-                    failures.append(f"input {{k}}: no gradient on the {{path}} path")
-                    continue
-                got = got.full_tensor() if isinstance(got, DTensor) else got
-                failures += [m for m in [compare(f"grad of input {{k}}", want, got, GRAD_COMPARE)] if m]
-    for m in failures:
-        print(f"rank {{rank}}: {{m}}", flush=True)
-    if not failures:
-        print(f"rank {{rank}}: every comparison holds", flush=True)
-    dist.barrier()  # every rank done with its collectives before the group goes (else gloo may abort at exit)
-    dist.destroy_process_group()
-    sys.exit(1 if failures else 0)
-
-
-if __name__ == "__main__":
-    main()
-'''
-
-
-_TRAIN_TEMPLATE = '''#!/usr/bin/env python3
-r"""{header}
-"""
-import sys
-
-import numpy as np
-import torch
-import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor
-
-{api}
-
-{imports}
-
-
-{defs}
-
-
-MESH_SHAPE = {mesh_shape!r}
-MESH_DIM_NAMES = {names!r}
-STEPS = {steps!r}
-GRAD_ACCUM = {grad_accum!r}
-BATCH_SPLIT = {batch_split!r}  # a mesh axis whose ranks take distinct row-chunks of each batch
-CLIP_GRAD_NORM = {clip!r}
-MODEL_SEED = {seed!r}
-MODEL_TAKES_CONTEXT = {model_ctx!r}  # model(api, ctx): the builder gets the run's context
-LOSS_TAKES_MODEL = {loss_model!r}  # loss(output, target, model)
-COMPARE = {specs!r}  # per quantity: (kind, rtol, atol, NaN/Inf allowed) or None (not compared)
-WRAPPERS = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
-
-
-class Context:
-    """What parallelize and train_step get: the mesh, the api, this rank, a fresh-model builder."""
-
-    def __init__(self, mesh, rank, world_size, build):
-        self.mesh, self.api, self.rank, self.world_size, self.build = mesh, api, rank, world_size, build
-        self.notes, self.state, self.partial = [], {{}}, False
-        self.step, self.micro, self.grad_accum = 0, 0, GRAD_ACCUM
-
-    def note(self, text):
-        self.notes.append(str(text))
-
-
-def fqn(name):
-    for seg in WRAPPERS:
-        name = name.replace(seg, "")
-    return name
-
-
-def full(t):
-    return t.full_tensor() if isinstance(t, DTensor) else t
-
-
-def np_of(t):
-    t = full(t).detach()
-    return (t.float() if t.dtype in (torch.float16, torch.bfloat16) else t).cpu().numpy().copy()
-
-
-def local(t):
-    return t.to_local() if isinstance(t, DTensor) else t
-
-
-def seed_model():
-    import torch.distributed.tensor._random as dtensor_random
-
-    torch.manual_seed(MODEL_SEED)
-    dtensor_random._rng_tracker = None
-
-
-def train(mesh, parallel):
-    def build():
-        seed_model()
-        return model(api, ctx) if MODEL_TAKES_CONTEXT else model(api)
-
-    ctx = Context(mesh, dist.get_rank(), dist.get_world_size(), build)
-    net = build()
-    if parallel and parallelize is not None:
-        net = parallelize(net, ctx)
-    named = [(fqn(n), p) for n, p in net.named_parameters()]
-    opt = optimizer(net.parameters(), api) if optimizer is not None else torch.optim.SGD(net.parameters(), lr=0.1)
-    sched = scheduler(opt, api) if scheduler is not None else None
-    snaps = []
-    for step in range(STEPS):
-        opt.zero_grad(set_to_none=True)
-        total = None
-        for micro in range(GRAD_ACCUM):
-            ctx.step, ctx.micro = step, micro
-            inputs, target = data(step * GRAD_ACCUM + micro, api)
-            inputs = inputs if isinstance(inputs, tuple) else (inputs,)
-            if parallel and BATCH_SPLIT is not None:
-                k, n = mesh.get_local_rank(BATCH_SPLIT), mesh.size(mesh.mesh_dim_names.index(BATCH_SPLIT))
-                parts = tuple(t.chunk(n, dim=0)[k] for t in (*inputs, target))
-                inputs, target = parts[:-1], parts[-1]
-
-            def scaled(out, tgt):
-                return (loss(out, tgt, net) if LOSS_TAKES_MODEL else loss(out, tgt)) / GRAD_ACCUM
-
-            if parallel and train_step is not None:
-                value = train_step(net, inputs, target, scaled, ctx)
-            else:
-                value = scaled(net(*inputs), target)
-                value.backward()
-            if value is not None:
-                value = full(value).detach().float()
-                total = value if total is None else total + value
-        if total is not None and parallel and BATCH_SPLIT is not None:
-            group = mesh.get_group(BATCH_SPLIT)
-            dist.all_reduce(total, group=group)
-            total = total / dist.get_world_size(group)
-        norm = None
-        if CLIP_GRAD_NORM is not None:
-            params = [p for _, p in named]
-            if not ctx.partial:
-                norm = np_of(torch.nn.utils.clip_grad_norm_(params, CLIP_GRAD_NORM))
-            else:  # a pipeline stage: the global norm over every rank's part
-                grads = [p.grad for p in params if p.grad is not None]
-                squared = torch.nn.utils.get_total_norm(grads).pow(2) if grads else torch.zeros(())
-                dist.all_reduce(squared)
-                torch.nn.utils.clip_grads_with_norm_(params, CLIP_GRAD_NORM, squared.sqrt())
-                norm = np_of(squared.sqrt())
-        grads = {{n: np_of(p.grad) for n, p in named if p.grad is not None}}
-        opt.step()
-        if sched is not None:
-            sched.step()
-        by_param = {{id(p): n for n, p in named}}
-        snaps.append({{
-            "loss": None if total is None else total.cpu().numpy(), "grad_norm": norm, "grads": grads,
-            "params": {{n: np_of(p) for n, p in named}},
-            "optim": {{f"{{by_param[id(p)]}}.{{k}}": np_of(v) for p, state in opt.state.items() if id(p) in by_param
-                      for k, v in state.items() if isinstance(v, torch.Tensor)}},
-            "partial": ctx.partial}})
-    return snaps
-
-
-{compare}
-
-def first_difference(base, par):
-    """meshtest's step-by-step comparison: the first difference, or None."""
-    for i, (b, p) in enumerate(zip(base, par)):
-        for quantity in ("loss", "grad_norm", "grads", "params", "optim"):
-            spec = COMPARE[quantity]
-            if spec is None:
-                continue
-            label = f"step {{i}} {{quantity}}"
-            if quantity in ("loss", "grad_norm"):
-                if p[quantity] is None and b[quantity] is not None and not p["partial"]:
-                    return f"{{label}}: the baseline has one, the parallel run none"
-                if p[quantity] is not None:
-                    if b[quantity] is None:
-                        return f"{{label}}: the parallel run has one, the baseline none"
-                    found = compare_np(label, np.asarray(b[quantity]), np.asarray(p[quantity]), spec)
-                    if found:
-                        return found
-                continue
-            extra = sorted(set(p[quantity]) - set(b[quantity]))
-            missing = sorted(set(b[quantity]) - set(p[quantity])) if not p["partial"] else []
-            if extra or missing:
-                return (f"{{label}}: names differ from the baseline: only in the parallel run {{extra}}, "
-                        f"only in the baseline {{missing}}")
-            for name in sorted(p[quantity]):
-                found = compare_np(f"{{label}} {{name}}", b[quantity][name], p[quantity][name], spec)
-                if found:
-                    return found
-    return None
-
-
-def main():
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    mesh = init_device_mesh("cpu", MESH_SHAPE, mesh_dim_names=MESH_DIM_NAMES)
-    base = train(mesh, parallel=False)
-    par = train(mesh, parallel=True)
-    found = first_difference(base, par)
-    print(f"rank {{rank}}: {{found or 'every comparison holds'}}", flush=True)
-    dist.barrier()  # every rank done with its collectives before the group goes (else gloo may abort at exit)
-    dist.destroy_process_group()
-    sys.exit(1 if found else 0)
-
-
-if __name__ == "__main__":
-    main()
-'''
+def _render(template: str, **values: Any) -> str:
+    """``template`` of the package's ``templates/`` (jinja2; ``| py`` writes a value as a Python
+    literal, ``repr``) rendered with ``values``; a value the template names but is not given is an
+    error (``StrictUndefined``), never an empty string in the script."""
+    env = Environment(loader=PackageLoader("meshtest", "templates"), keep_trailing_newline=True,
+                      undefined=StrictUndefined, autoescape=False)
+    env.filters["py"] = repr
+    return env.get_template(template).render(**values)
