@@ -422,9 +422,8 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
         cluster = connect_executor(executor)
         env = _launch_env(device_kind, slot_ids)
         if cluster is None:
-            warm_modules = backend_info(platform).warm if start == "fork" and warm.enabled(
-                backend_info(platform).warm, device_kind) else ()
-            handle: Any = start_local(command(1, 0, "127.0.0.1", master_port), env, logf, lease.fds, warm_modules)
+            handle: Any = start_local(command(1, 0, "127.0.0.1", master_port), env, logf, lease.fds,
+                                      warm_modules(platform, device_kind))
         else:
             logf.write(f"# placed by {cluster.describe()}\n")
             logf.flush()
@@ -481,6 +480,14 @@ class Unplaced:
 
     def end(self) -> int:
         return 1
+
+
+def warm_modules(platform: str, device_kind: str) -> Tuple[str, ...]:
+    """The modules the warm launcher imports for ``platform``'s launches on ``device_kind``
+    (:attr:`meshtest.platforms.backend.BackendInfo.warm`), or ``()`` when its launches start cold:
+    ranks not forked (:func:`rank_start`), another device kind, or ``MESHTEST_WARM=0``."""
+    modules = backend_info(platform).warm
+    return modules if rank_start(platform, device_kind) == "fork" and warm.enabled(modules, device_kind) else ()
 
 
 def start_local(command: Tuple[List[str], Dict[str, str]], env: Dict[str, str], logf: Any, pass_fds: Sequence[int],

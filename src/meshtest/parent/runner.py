@@ -42,9 +42,9 @@ from .launch import (
     describe_exit,
     free_port,
     launch,
-    rank_start,
     rendezvous_clashed,
     salvage,
+    warm_modules,
 )
 from .options import RunOptions
 from .plan import RunPlan, is_ranks_lane, make_plan
@@ -283,10 +283,9 @@ def run(files: Sequence[str], opts: RunOptions, stream=sys.stdout) -> RunResult:
         if why:
             raise DeviceUnavailable(f"cannot run {len(selected)} selected case(s) on device kind "
                                     f"{opts.device_kind!r} here: {why}")
-    warm_modules = backend_info(opts.platform).warm
-    if groups and cluster is None and rank_start(opts.platform, opts.device_kind) == "fork" \
-            and warm.enabled(warm_modules, opts.device_kind):
-        warm.prestart(warm_modules)  # imports the platform while the run takes its slots
+    modules = warm_modules(opts.platform, opts.device_kind)
+    if groups and cluster is None and modules:
+        warm.prestart(modules)  # imports the platform while the run takes its slots
     result = RunResult(outcomes=list(scan_errors))
     with open(os.path.join(opts.artifacts_dir, "summary.txt"), "w", encoding="utf-8") as summary:
         def emit(lines: Sequence[str]) -> None:
