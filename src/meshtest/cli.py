@@ -26,18 +26,18 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import signal
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
+from . import queries
 from .contract import DEFAULT_CASE_TIMEOUT_S
 from .errors import DeviceUnavailable, SelectionError
 from .model.rules import DEVICE_KINDS
-from .model.scan import scan_case_file
 from .parent.planner import gate_is_fail_fast
 from .parent.slots import DEFAULT_SLOTS, SlotRequestError
+from .queries import split_specs
 
 #: Environment variable with comma-separated fnmatch patterns of case names to run.
 CASE_FILTER_ENV = "MESHTEST_CASE_FILTER"
@@ -46,22 +46,6 @@ CASE_FILTER_ENV = "MESHTEST_CASE_FILTER"
 #: part of the cache key). ``tools/check-shards`` uses it to see which targets a shard runs.
 DRY_RUN_ENV = "MESHTEST_DRY_RUN"
 
-
-def _split_specs(specs: Sequence[str]) -> Tuple[List[str], Dict[str, List[str]]]:
-    """``A.py B.py::case`` → (files, {file: its case names}); a file named without ``::`` as well
-    runs whole."""
-    files: List[str] = []
-    names: Dict[str, List[str]] = {}
-    whole = set()
-    for spec in specs:
-        path, sep, case = spec.partition("::")
-        if path not in files:
-            files.append(path)
-        if sep:
-            names.setdefault(path, []).append(case)
-        else:
-            whole.add(path)
-    return files, {f: n for f, n in names.items() if f not in whole}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -257,194 +241,21 @@ def _strength_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slot-dir", default="", help="the device-slot pool's lock directory (as for `run`)")
 
 
-def _cmd_coverage(manifest: str, files: Sequence[str], platform: str, results: Sequence[str]) -> int:
-    """The capability matrix, judged from ``results`` (newest outcome per ``file::case``), else from
-    ``platform``'s probed features (its backend is loaded for that), else only declared."""
-    from functools import partial
-
-    from .report import coverage
-    from .report.results import read_results, results_files
-
-    statuses = None
-    if results:
-        statuses = {f"{o.file}::{o.case}": o.status for path in results_files(results) for o in read_results(path)}
-    features = None
-    if platform and statuses is None:
-        from .platforms.backend import load_backend
-
-        features = load_backend(platform).features()
-    match = partial(coverage.coverage, features=features, results=statuses, platform=platform)
-    return _manifest_report(manifest, files, coverage.read_domains, match, coverage.format_coverage)
 
 
-def _manifest_report(manifest: str, files: Sequence[str], read, match, fmt) -> int:
-    """Scan ``files``, match them against the manifest (``match(read(manifest), scans)``) and
-    print ``fmt`` of the result: exit 0 when complete, 1 on a gap or a scan failure, 2 when the
-    manifest cannot be read."""
-    scans = [scan_case_file(f) for f in files]
-    broken = [s for s in scans if s.error]
-    for s in broken:
-        print(f"{s.path}: scan failed:\n{s.error}", file=sys.stderr)
-    try:
-        cov = match(read(manifest), scans)
-    except (OSError, ValueError) as e:
-        print(f"meshtest: {e}", file=sys.stderr)
-        return 2
-    print("\n".join(fmt(cov)))
-    return 0 if cov.ok and not broken else 1
 
 
-def _cmd_progress(slot_dir: str, watch: float) -> int:
-    import time
-
-    from .parent.progress import format_board, read_board
-    from .parent.slots import default_slot_dir
-
-    directory = os.path.join(slot_dir or default_slot_dir(), "progress")
-    while True:
-        print("\n".join(format_board(read_board(directory))), flush=True)
-        if watch <= 0:
-            return 0
-        time.sleep(watch)
-        print("--", flush=True)
 
 
-def _cmd_ids(manifest: str, files: Sequence[str]) -> int:
-    from .report import specids
-
-    return _manifest_report(manifest, files, specids.read_manifest, specids.coverage, specids.format_coverage)
 
 
-def _cmd_scan(files: Sequence[str]) -> int:
-    bad = 0
-    for path in files:
-        scan = scan_case_file(path)
-        bad += scan.error is not None
-        print(json.dumps(dict(file=path, error=scan.error, device_need=scan.device_need,
-                              tags=list(scan.target_tags()), cases=[c.to_json() for c in scan.cases])))
-    return 1 if bad else 0
-
-
-def _family(path: str) -> str:
-    stem = os.path.splitext(os.path.basename(path))[0]
-    return stem[len("case_"):] if stem.startswith("case_") else stem
-
-
-def _cmd_count(files: Sequence[str]) -> int:
-    """Print case counts by family (``case_<family>.py``), by mesh and by gate, from the static
-    scan, each split by expected verdict: ``cases``, of which ``xfail`` (marked ``known_failure``:
-    expected to fail the declared way) and ``requires`` (needing a platform feature, so
-    ``unsupported`` where the platform lacks it)."""
-    from collections import Counter
-
-    tables = {title: (Counter(), Counter(), Counter()) for title in ("family", "mesh", "gate")}
-    total = bad = xfail = 0
-    for path in files:
-        scan = scan_case_file(path)
-        if scan.error:
-            print(f"{path}: scan failed:\n{scan.error}", file=sys.stderr)
-            bad += 1
-            continue
-        for c in scan.cases:
-            total += 1
-            xfail += c.known_failure is not None
-            names = f" {','.join(c.mesh_dim_names)}" if c.mesh_dim_names else ""
-            keys = {"family": [_family(path)], "mesh": ["x".join(map(str, c.mesh_shape)) + names],
-                    "gate": list(c.tags or ("(no gate)",))}
-            for title, (cases, known, needs) in tables.items():
-                cases.update(keys[title])
-                if c.known_failure is not None:
-                    known.update(keys[title])
-                if c.requires:
-                    needs.update(keys[title])
-    for title, (cases, known, needs) in tables.items():
-        print(f"{'by ' + title + ':':34} {'cases':>5} {'xfail':>6} {'requires':>9}")
-        for key, n in sorted(cases.items()):
-            print(f"  {key:32} {n:5d} {known[key]:6d} {needs[key]:9d}")
-    print(f"total: {total} case(s) in {len(files) - bad} file(s), {xfail} marked known_failure (expected xfail)"
-          + (f"; {bad} file(s) failed the scan" if bad else ""))
-    return 1 if bad else 0
-
-
-def _expected(c, features: Optional[Sequence[str]]) -> Tuple[str, str]:
-    """A case's expected verdict and its reason, from the static scan: ``unsupported`` (the
-    platform's probed ``features`` lack one the case requires; ``requires`` when they could not
-    be probed), ``xfail`` (a known failure: its kind, step and reason), else ``pass``."""
-    if c.requires:
-        if features is None:
-            return "requires", "unsupported where the platform lacks: " + ", ".join(c.requires)
-        lacking = [f for f in c.requires if f not in features]
-        if lacking:
-            return "unsupported", "missing feature(s) " + ", ".join(lacking)
-    if c.known_failure is not None:
-        return "xfail", c.known_failure.describe()
-    return "pass", ""
-
-
-def _probed_features(platform: str) -> Optional[Sequence[str]]:
-    """The platform's features (its backend probes them), or ``None`` where it cannot load here."""
-    from .platforms.backend import load_backend
-
-    try:
-        return tuple(load_backend(platform).features())
-    except Exception:  # noqa: BLE001 — no torch (or mindspore) here: say what the cases require instead
-        return None
-
-
-def _cmd_list(args: argparse.Namespace) -> int:
-    """Print the cases ``run`` would select with the same arguments (nothing runs): exit 0, 1
-    when a file fails its scan (its error is printed), 2 on a bad selection."""
-    import glob
-
-    from .parent.planner import select_cases
-    from .parent.selection import narrow
-
-    default = sorted(glob.glob(os.path.join("cases", args.platform, "**", "case_*.py"), recursive=True))
-    files, names = _split_specs(args.files or default)
-    missing = [f for f in files if not os.path.isfile(f)]
-    if missing:
-        print(f"meshtest: no such case file: {', '.join(missing)}", file=sys.stderr)
-        return 2
-    scans = [scan_case_file(f) for f in files]  # static: no platform is imported for this
-    cases = [c for s in scans if not s.error for c in s.cases]
-    errors = [(s.path, s.error) for s in scans if s.error] + [
-        (s.path, b.error) for s in scans if not s.error for b in s.broken]
-    try:
-        chosen, lines, _ = narrow(select_cases(cases, args.device_kind, args.tags, args.case, names), args.keyword)
-    except SelectionError as e:
-        print(f"meshtest: {e}", file=sys.stderr)
-        return 2
-    for path, error in errors:
-        print(f"{path}: scan failed: {error}", file=sys.stderr)
-    rows = []
-    features = _probed_features(args.platform) if any(c.requires for c in chosen) else ()
-    for c in chosen:
-        verdict, why = _expected(c, features)
-        mesh = "x".join(map(str, c.mesh_shape)) + (f" ({','.join(c.mesh_dim_names)})" if c.mesh_dim_names else "")
-        rows.append(dict(id=c.id, kind=c.kind, gates=list(c.tags), mesh=mesh, expected=verdict, reason=why))
-    if args.json:
-        for r in rows:
-            print(json.dumps(r))
-    else:
-        cols = [("ID", "id"), ("kind", "kind"), ("mesh", "mesh"), ("expected", "expected"), ("gates", "gates")]
-        text = [{k: ",".join(r[k]) if k == "gates" else r[k] for _, k in cols} for r in rows]
-        widths = {k: max([len(title)] + [len(t[k]) for t in text]) for title, k in cols}
-        print("  ".join(f"{title:{widths[k]}}" for title, k in cols) + "  reason")
-        for t, r in zip(text, rows):
-            print(("  ".join(f"{t[k]:{widths[k]}}" for _, k in cols) + "  " + r["reason"]).rstrip())
-        counts = {v: sum(r["expected"] == v for r in rows) for v in ("pass", "xfail", "unsupported", "requires")}
-        counts = {v: n for v, n in counts.items() if n or v in ("pass", "xfail")}
-        print(f"{len(rows)} case(s) selected of {len(cases)} in {len(files)} file(s): "
-              + ", ".join(f"{n} {v}" for v, n in counts.items())
-              + "".join(f"; {ln}" for ln in lines) + (f"; {len(errors)} file(s) failed the scan" if errors else ""))
-    return 1 if errors else 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .parent.options import RunOptions
     from .parent.runner import run
 
-    files, names = _split_specs(args.specs)
+    files, names = split_specs(args.specs)
     missing = [f for f in files if not os.path.isfile(f)]
     if missing:
         print(f"meshtest: no such case file: {', '.join(missing)}", file=sys.stderr)
@@ -576,17 +387,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "scan":
-            return _cmd_scan(args.files)
+            return queries.scan(args.files)
         if args.command == "count":
-            return _cmd_count(args.files)
+            return queries.count(args.files)
         if args.command == "list":
-            return _cmd_list(args)
+            return queries.list_cases(args)
         if args.command == "ids":
-            return _cmd_ids(args.manifest, args.files)
+            return queries.ids(args.manifest, args.files)
         if args.command == "coverage":
-            return _cmd_coverage(args.manifest, args.files, args.platform, args.results)
+            return queries.coverage(args.manifest, args.files, args.platform, args.results)
         if args.command == "progress":
-            return _cmd_progress(args.slot_dir, args.watch)
+            return queries.progress(args.slot_dir, args.watch)
         if args.command == "executor":
             return _bad_input_exits_2(lambda: _cmd_executor(args.spec, args.slot_dir, args.pants))
     except BrokenPipeError:  # `... scan | head`: the reader left; stop quietly

@@ -1,4 +1,4 @@
-"""Ready-made properties for :meth:`meshtest.model.spec.CompareSpec.check`: what a random op's
+"""Ready-made properties for :meth:`meshtest.model.compare_spec.CompareSpec.check`: what a random op's
 distributed output must satisfy when its values cannot equal the reference's.
 
 Each function returns a check ``fn(expected, actual)`` on NumPy arrays (the reference and the

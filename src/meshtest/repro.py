@@ -2,7 +2,7 @@
 
 What a user pastes into an upstream issue: one script that imports only torch and numpy,
 runnable with ``torchrun --nproc-per-node <world size> repro.py``. It builds the case's inputs
-(an :class:`~meshtest.model.spec.InputSpec` from its seed with the same NumPy calls; data, and
+(an :class:`~meshtest.model.inputs.InputSpec` from its seed with the same NumPy calls; data, and
 every rank's local of a :class:`~meshtest.model.local_input.LocalInput` — distinct ``Partial``
 parts included — as literal arrays), makes the DeviceMesh, distributes each input with its
 placements (``distribute_tensor``, or ``DTensor.from_local`` of this rank's local), runs the op
@@ -42,10 +42,11 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from .model.inputs import numpy_dtype
 from .model.local_input import LocalInput, assemble
 from .model.placement import Partial, Placement, Replicate, Shard, StridedShard
 from .model.registry import Registry, load_case_file
-from .model.spec import OpShardCase, numpy_dtype
+from .model.spec import OpShardCase
 from .model.train import QUANTITIES, TrainCase
 
 #: Arrays with at most this many elements are written as literals; larger ones as base64 ``.npy``
@@ -364,7 +365,7 @@ def _train_script(path: str, case: TrainCase) -> str:
     optimizer and scheduler steps) run as the single-device baseline and in parallel on every
     rank, and each step's loss, grad norm, gradients, parameters and optimizer state compared by
     the case's ``TrainCompare`` (the first difference printed, exit 1)."""
-    from .platforms.backend import load_backend
+    from .platforms.registry import load_backend
 
     where = f"{path}: case {case.name!r}: cannot export"
     for what, present in (("phases", bool(case.phases)), ("a long run (stability=)", case.stability is not None)):

@@ -377,7 +377,7 @@ def test_the_fork_launchers_report_names_every_rank_that_exited_first_seen_first
     every rank's exit, peeked at before the agent reaps it, in torchrun's format."""
     import time
 
-    from meshtest.parent.launch import rank_exit_codes, root_cause_rank
+    from meshtest.parent.launcher_log import rank_exit_codes, root_cause_rank
     from meshtest.rank.torch_launcher import RankExits
 
     exits = RankExits()

@@ -16,7 +16,9 @@ import meshtest
 from meshtest.model.generated import OPINFO_DIR, manifest_text
 from meshtest.model.local_input import assemble
 from meshtest.model.placement import Partial, Shard
-from meshtest.platforms.torch import opinfo
+from meshtest.platforms.torch.opinfo import cases as opinfo_cases
+from meshtest.platforms.torch.opinfo import manifest as opinfo_manifest
+from meshtest.platforms.torch.opinfo import samples as opinfo_samples
 from meshtest.strength.generate import COMMAND, check_incremental, differences, manifests
 from meshtest.strength.triage import load_known
 from tests.helpers import nightly
@@ -99,7 +101,7 @@ def test_a_sample_that_drifted_from_the_manifest_names_the_command_that_regenera
     entry = dict(_entries()[0])
     entry["sig"] = "float32[9]|00000000|00000000"
     with pytest.raises(RuntimeError, match="regenerate with python -m meshtest generate opinfo"):
-        opinfo.sample_of(entry)
+        opinfo_cases.sample_of(entry)
 
 
 def test_a_sample_signature_ignores_the_last_bits_of_floats_and_names_everything_else():
@@ -110,12 +112,12 @@ def test_a_sample_signature_ignores_the_last_bits_of_floats_and_names_everything
     from torch.testing._internal.opinfo.core import SampleInput
 
     x, idx = torch.randn(4, 3), torch.tensor([2, 0, 1])
-    base = opinfo.signature(SampleInput(x, args=(idx,), kwargs={"dim": 1}))
+    base = opinfo_samples.signature(SampleInput(x, args=(idx,), kwargs={"dim": 1}))
     nudged = torch.nextafter(x, torch.full_like(x, float("inf")))  # one ulp up, every element
-    assert opinfo.signature(SampleInput(nudged, args=(idx,), kwargs={"dim": 1})) == base
-    assert opinfo.signature(SampleInput(x[:3], args=(idx,), kwargs={"dim": 1})) != base
-    assert opinfo.signature(SampleInput(x, args=(idx.flip(0),), kwargs={"dim": 1})) != base
-    assert opinfo.signature(SampleInput(x, args=(idx,), kwargs={"dim": 0})) != base
+    assert opinfo_samples.signature(SampleInput(nudged, args=(idx,), kwargs={"dim": 1})) == base
+    assert opinfo_samples.signature(SampleInput(x[:3], args=(idx,), kwargs={"dim": 1})) != base
+    assert opinfo_samples.signature(SampleInput(x, args=(idx.flip(0),), kwargs={"dim": 1})) != base
+    assert opinfo_samples.signature(SampleInput(x, args=(idx,), kwargs={"dim": 0})) != base
 
 
 def test_samples_are_named_alike_under_another_cpu_instruction_set():
@@ -126,12 +128,12 @@ def test_samples_are_named_alike_under_another_cpu_instruction_set():
     import sys
 
     ops = [("linalg.inv", "float32"), ("cholesky_solve", "float32"), ("nn.functional.ctc_loss", "float32")]
-    script = ("import json,sys; from meshtest.platforms.torch import opinfo as t; "
+    script = ("import json,sys; from meshtest.platforms.torch.opinfo import samples as t; "
               f"print(json.dumps([[t.signature(s) for s in t.samples(k, d)] for k, d in {ops!r}]))")
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "PYTHONPATH": os.pathsep.join(sys.path)}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     there = json.loads(out.stdout.strip().splitlines()[-1])
-    here = [[opinfo.signature(s) for s in opinfo.samples(k, d)] for k, d in ops]
+    here = [[opinfo_samples.signature(s) for s in opinfo_samples.samples(k, d)] for k, d in ops]
     assert there == here
 
 
@@ -145,17 +147,17 @@ def test_random_is_told_by_the_seed_and_by_filled_memory_never_by_the_last_bits(
     import torch
 
     a = torch.randn(16, 16)
-    assert opinfo._close(a, torch.nextafter(a, torch.full_like(a, float("inf"))))
-    assert not opinfo._close(a, a * 1.001) and not opinfo._close(a, a[:8])
+    assert opinfo_manifest._close(a, torch.nextafter(a, torch.full_like(a, float("inf"))))
+    assert not opinfo_manifest._close(a, a * 1.001) and not opinfo_manifest._close(a, a[:8])
     for key, expect in (("new_empty", True), ("empty_like", True), ("__rmatmul__", False), ("linalg.cond", False),
                         ("linalg.svdvals", False), ("norm.nuc", False)):
-        op = opinfo.opinfos()[key]
+        op = opinfo_samples.opinfos()[key]
         seen = []
-        for i, s in enumerate(opinfo.samples(key, "float32")):
-            out = opinfo.call(op, s, opinfo.tensors_of(s))
+        for i, s in enumerate(opinfo_samples.samples(key, "float32")):
+            out = opinfo_samples.call(op, s, opinfo_samples.tensors_of(s))
             if isinstance(out, torch.Tensor) and out.numel():
                 for _ in range(3):  # the garbage, the rounding: the verdict must not change with the try
-                    facts, why = opinfo.sample_facts(op, key, "float32", i, s, {})
+                    facts, why = opinfo_manifest.sample_facts(op, key, "float32", i, s, {})
                     if facts is not None:  # else a sample the generator leaves out (``why``)
                         seen.append(facts.random)
         assert seen and set(seen) == {expect}, (key, seen)
@@ -171,12 +173,12 @@ def test_a_self_seeding_op_is_random_and_its_case_is_unsupported_on_a_cpu_mesh(t
     import subprocess
     import sys
 
-    op = opinfo.opinfos()["nn.functional.dropout"]
-    assert opinfo.seeds_itself(op) and not opinfo.seeds_itself(opinfo.opinfos()["add"])
-    sample = next(s for s in opinfo.samples("nn.functional.dropout", "float32")
+    op = opinfo_samples.opinfos()["nn.functional.dropout"]
+    assert opinfo_samples.seeds_itself(op) and not opinfo_samples.seeds_itself(opinfo_samples.opinfos()["add"])
+    sample = next(s for s in opinfo_samples.samples("nn.functional.dropout", "float32")
                   if s.kwargs.get("p", 0.5) not in (0.0, 1.0) and s.kwargs.get("training", True))
-    index = opinfo.samples("nn.functional.dropout", "float32").index(sample)
-    facts, why = opinfo.sample_facts(op, "nn.functional.dropout", "float32", index, sample, {})
+    index = opinfo_samples.samples("nn.functional.dropout", "float32").index(sample)
+    facts, why = opinfo_manifest.sample_facts(op, "nn.functional.dropout", "float32", index, sample, {})
     assert facts is not None and facts.random, why
     out = tmp_path / "run"
     name = "bernoulli.float32.s1.m2x2.S1Pmax"  # a level-0 case of a random op
@@ -197,17 +199,17 @@ def test_a_degenerate_reference_is_weak_and_goes_after_the_samples_that_can_tell
     has no sample that tells (its cases are weak), ``argmin``'s first level-1 samples are not."""
     import torch
 
-    weak = opinfo.weak_reference
+    weak = opinfo_manifest.weak_reference
     assert weak([torch.empty(0, 3)]) == "empty output"
     assert weak([torch.zeros(3), torch.full((2,), 5e-6)]) == "all-zero reference"
     assert weak([torch.zeros(2, dtype=torch.bool)]) == "all-zero reference"
     assert weak([torch.tensor([float("nan"), float("inf")])]) == "non-finite reference"
     assert weak([torch.tensor([0.0, float("nan")])]) == "zero or non-finite reference"
     assert weak([torch.tensor([0.0, 1e-3])]) == "" and weak([torch.zeros(2), torch.tensor([1])]) == ""
-    found = opinfo.discover({**opinfo._rules()}, only=["zeros_like", "argmin"])
+    found = opinfo_manifest.discover({**opinfo_cases._rules()}, only=["zeros_like", "argmin"])
     assert all(f.weak for f in found.ops["zeros_like"]["float32"])
     first = found.ops["argmin"]["float32"]
-    assert not any(f.weak for f in first[:opinfo.LEVEL1_SAMPLES]) and any(f.weak for f in first)
+    assert not any(f.weak for f in first[:opinfo_manifest.LEVEL1_SAMPLES]) and any(f.weak for f in first)
 
 
 @pytest.mark.parametrize("op", ["sum", "avg", "max", "min"])
@@ -215,9 +217,9 @@ def test_partial_parts_are_distinct_per_rank_and_assemble_to_the_sample(op):
     entry = next(e for e in _entries() if e["dtypes"][0] == "float32" and e["shapes"][0])
     entry = {**entry, "name": f"t.{op}", "mesh_shape": [2, 2], "placements": [["S(0)", f"P({op})"]]
              + [["R", "R"]] * (len(entry["shapes"]) - 1)}
-    spec = opinfo.materialize(entry, {}).inputs[0]
+    spec = opinfo_cases.materialize(entry, {}).inputs[0]
     whole, locals_ = assemble(spec, (2, 2), (Shard(0), Partial(op)), np.dtype("float32"))
-    value = opinfo._numpy(opinfo.tensors_of(opinfo.sample_of(entry))[0])
+    value = opinfo_samples._numpy(opinfo_samples.tensors_of(opinfo_cases.sample_of(entry))[0])
     np.testing.assert_allclose(whole, value, rtol=1e-6, atol=1e-6)
     assert not np.array_equal(locals_[(0, 0)], locals_[(0, 1)])  # the two ranks of a Partial hold different parts
 
@@ -232,7 +234,7 @@ def test_a_case_moved_to_float64_passes_and_a_wrong_rule_still_fails_it(tmp_path
     name = "bmm.float32.s0.m2.R_Psum.in_float64"
     entry = next(e for e in _entries("manifest_matrix_level1_0.json") if e["name"] == name)
     assert entry["in_float64"] and entry["dtypes"] == ["float32", "float32"]
-    case = opinfo.materialize(entry, {})
+    case = opinfo_cases.materialize(entry, {})
     assert [i.dtype for i in case.inputs] == ["float64", "float64"] and case.compare.rtol == 1e-7
 
     def run(*extra):

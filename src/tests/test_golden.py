@@ -13,7 +13,7 @@ import meshtest
 from meshtest import CompareSpec, TrainCase, TrainCompare
 from meshtest.model.rules import NO_GOLDEN_NOTE
 from meshtest.model.scan import scan_case_file
-from meshtest.platforms.backend import TrainSnapshot
+from meshtest.platforms.ports import TrainSnapshot
 from meshtest.rank.compare import CompareError
 from meshtest.rank.train import GOLDEN_LAYERS, check_golden
 

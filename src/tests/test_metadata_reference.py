@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from meshtest.model.compare_spec import CompareSpec
 from meshtest.model.layout import TensorMeta
-from meshtest.model.spec import CompareSpec
 from meshtest.rank.compare import CompareError
 from meshtest.rank.metadata import check_against_reference, significant_strides
 

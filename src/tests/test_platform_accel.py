@@ -16,7 +16,8 @@ import subprocess
 import sys
 import time
 
-from meshtest.parent.launch import DEVICE_VISIBILITY_ENV, MSRUN_WORKER, harvest_msrun_logs, launch_command
+from meshtest.parent.launch import DEVICE_VISIBILITY_ENV, MSRUN_WORKER, launch_command
+from meshtest.parent.launcher_log import harvest_msrun_logs
 from meshtest.parent.slots import SlotPool
 from meshtest.rank.entry import rank_from_env
 
@@ -123,7 +124,7 @@ def test_rank_number_comes_from_torchrun_or_msrun(monkeypatch):
 
 
 def test_msrun_names_the_worker_that_failed_first(tmp_path):
-    from meshtest.parent.launch import msrun_first_failure
+    from meshtest.parent.launcher_log import msrun_first_failure
 
     log = tmp_path / "launcher.log"
     log.write_text("Start worker process with rank id:1 ...\n[ERROR] ME(1:2,MainProcess):2026-12-02 [_api.py:365] "

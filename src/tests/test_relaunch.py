@@ -83,7 +83,8 @@ Root Cause (first observed failure):
 def test_the_rank_that_died_first_leads_the_report(tmp_path):
     """Both ranks died without recording the case: torchrun's root cause (rank 1, exit 7) comes
     first, also when its peer died too; a peer torchrun stopped with SIGTERM is not "died"."""
-    from meshtest.parent.launch import LaunchResult, root_cause_rank
+    from meshtest.parent.launch import LaunchResult
+    from meshtest.parent.launcher_log import root_cause_rank
     from meshtest.parent.outcomes import interrupted
     from meshtest.parent.planner import plan_groups
     from meshtest.status import Status

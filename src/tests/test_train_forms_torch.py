@@ -16,7 +16,7 @@ REPO = os.path.dirname(SRC_ROOT)
 FILE = os.path.join("cases", "torch", "training", "case_train_l2_model_reads.py")
 
 STUCK_BASELINE = '''
-from meshtest.platforms.backend import TrainContext
+from meshtest.platforms.ports import TrainContext
 from meshtest.platforms.torch import training
 
 

@@ -16,7 +16,7 @@ import meshtest
 from meshtest import CaseDeclarationError, Pipeline, Shard, TrainCase
 from meshtest.model.scan import scan_case_source
 from meshtest.model.train import Stability, placements_for
-from meshtest.platforms.backend import TrainSnapshot
+from meshtest.platforms.ports import TrainSnapshot
 from meshtest.rank.compare import CompareError
 from meshtest.rank.train import compare_runs
 from meshtest.report.coverage import coverage, format_coverage

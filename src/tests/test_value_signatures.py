@@ -14,8 +14,8 @@ import pytest
 from meshtest import KnownFailure
 from meshtest.contract import RankRecord
 from meshtest.errors import CaseDeclarationError
+from meshtest.model.compare_spec import CompareSpec
 from meshtest.model.known import judge, signature_of, signatures_agree
-from meshtest.model.spec import CompareSpec
 from meshtest.parent.outcomes import aggregate
 from meshtest.rank.compare import CompareError, compare_arrays
 from meshtest.status import Status

@@ -367,10 +367,10 @@ def test_file_scoped_case_filters_leave_other_files_whole():
 
 
 def test_cli_splits_file_specs_per_file():
-    from meshtest.cli import _split_specs
+    from meshtest.queries import split_specs
 
-    assert _split_specs(["A.py", "B.py::b2", "B.py::b1"]) == (["A.py", "B.py"], {"B.py": ["b2", "b1"]})
-    assert _split_specs(["B.py::b2", "B.py"]) == (["B.py"], {})  # named whole as well: runs whole
+    assert split_specs(["A.py", "B.py::b2", "B.py::b1"]) == (["A.py", "B.py"], {"B.py": ["b2", "b1"]})
+    assert split_specs(["B.py::b2", "B.py"]) == (["B.py"], {})  # named whole as well: runs whole
 
 
 def test_one_broken_declaration_fails_only_its_own_case(tmp_path):

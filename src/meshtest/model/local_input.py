@@ -1,6 +1,6 @@
 """Inputs declared by each rank's local tensor (``DTensor.from_local`` semantics).
 
-An :class:`~meshtest.model.spec.InputSpec` declares the full tensor and lets the platform split
+An :class:`~meshtest.model.inputs.InputSpec` declares the full tensor and lets the platform split
 it (``distribute_tensor``); a ``Partial`` input built that way is always the platform's split
 (torch: ``v / n`` on every rank). A :class:`LocalInput` declares what each rank holds instead:
 locals that differ by rank, uneven local shapes, partial values that reduce to the global one

@@ -93,7 +93,7 @@ class Partial(Placement):
     ``reduce_op`` is one of :data:`PARTIAL_REDUCE_OPS`. When a full input (an ``InputSpec``) is
     distributed as ``Partial``, the platform's own partition rule applies (torch: ``sum`` → ``v / n``
     on every rank; ``avg``/``max``/``min`` → ``v`` on every rank). Distinct per-rank partials are
-    declared with :class:`meshtest.model.spec.LocalInput`.
+    declared with :class:`meshtest.model.local_input.LocalInput`.
     """
 
     reduce_op: str = "sum"

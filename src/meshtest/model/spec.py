@@ -9,270 +9,17 @@ described by :class:`InputSpec` and built as NumPy arrays, which the platform's
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Tuple
 
-import numpy as np
-
-from ..errors import CaseDeclarationError, CheckFailed
+from ..errors import CaseDeclarationError
 from . import rules, schema
-from .dtypes import DTYPES, FLOAT_DTYPES
+from .compare_spec import CompareSpec, check_expect_raises
+from .declare import check_declared_steps, check_derived, check_inputs, check_partial_split, check_timeout, takes_local
+from .inputs import DerivedSpec
 from .known import KnownFailure
-from .layout import METADATA_FIELDS
-from .local_input import LocalInput
-from .placement import Partial
 from .scan import ScannedCase
-
-#: Input initialisers (the InputSpec fields).
-INITS = ("randn", "uniform", "ones", "zeros", "arange")
-
-
-
-def numpy_dtype(dtype: str) -> np.dtype:
-    """NumPy dtype used to carry values of the platform-agnostic ``dtype`` (bfloat16 → float32)."""
-    return np.dtype("float32" if dtype == "bfloat16" else dtype)
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """One full (global) input tensor of a case.
-
-    :param shape: full tensor shape; ``()`` is a 0-d tensor; a dim may be 0 (an empty tensor).
-    :param init: ``randn`` (standard normal), ``uniform`` (``[low, high)``; integers for
-        integer dtypes, fair coin for ``bool``), ``ones``, ``zeros`` or ``arange``
-        (``0 .. numel-1`` in row-major order).
-    :param seed: seed of NumPy's ``default_rng``. ``None`` derives a stable seed from the case
-        name and input index (CRC-32), so every rank and every run builds the same values.
-    :param dtype: one of :data:`DTYPES`.
-    :param data: exact values (array-like of ``shape``); overrides ``init``.
-    :param low: lower bound for ``uniform``.
-    :param high: upper bound (exclusive) for ``uniform``.
-    :param requires_grad: build the tensor as a leaf that requires grad (float dtypes only).
-    """
-
-    shape: Tuple[int, ...]
-    init: str = "randn"
-    seed: Optional[int] = None
-    dtype: str = "float32"
-    data: Any = None
-    low: float = 0.0
-    high: float = 1.0
-    requires_grad: bool = False
-
-    def validate(self, file: str, case: str, index: int) -> "InputSpec":
-        """Rules ``input-shape``, ``input-init``, ``input-dtype``, ``input-data``; returns a normalised copy."""
-        where = f"inputs[{index}]"
-        shape = self.shape
-        if not isinstance(shape, (tuple, list)) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-        ):
-            raise CaseDeclarationError(
-                file, case, "input-shape", f"{where}.shape must be a tuple of integers >= 0; got {shape!r}"
-            )
-        if self.init not in INITS:
-            raise CaseDeclarationError(
-                file, case, "input-init", f"{where}.init {self.init!r} unknown; use one of {', '.join(INITS)}"
-            )
-        if self.dtype not in DTYPES:
-            raise CaseDeclarationError(
-                file, case, "input-dtype", f"{where}.dtype {self.dtype!r} unknown; use one of {', '.join(DTYPES)}"
-            )
-        if self.init == "randn" and self.dtype not in FLOAT_DTYPES and self.data is None:
-            raise CaseDeclarationError(
-                file, case, "input-init",
-                f"{where}: init 'randn' needs a float dtype, not {self.dtype!r}; use 'uniform' or 'arange'",
-            )
-        if self.requires_grad and self.dtype not in FLOAT_DTYPES:
-            raise CaseDeclarationError(
-                file, case, "input-dtype", f"{where}: requires_grad needs a float dtype, not {self.dtype!r}"
-            )
-        if self.data is not None:
-            data_shape = np.shape(self.data)
-            if tuple(data_shape) != tuple(shape):
-                raise CaseDeclarationError(
-                    file, case, "input-data",
-                    f"{where}.data has shape {tuple(data_shape)!r} but shape is {tuple(shape)!r}",
-                )
-        return dataclasses.replace(self, shape=tuple(shape))
-
-    def build_numpy(self, default_seed: int) -> np.ndarray:
-        """Build the full input as a NumPy array of :func:`numpy_dtype` (``self.dtype``).
-
-        :param default_seed: seed used when ``self.seed`` is ``None``.
-        """
-        dt = numpy_dtype(self.dtype)
-        if self.data is not None:
-            return np.array(self.data, dtype=dt).reshape(self.shape)
-        rng = np.random.default_rng(default_seed if self.seed is None else self.seed)
-        if self.init == "randn":
-            arr = rng.standard_normal(self.shape)
-        elif self.init == "uniform":
-            if self.dtype == "bool":
-                arr = rng.random(self.shape) < 0.5
-            elif dt.kind in "iu":
-                arr = rng.integers(int(self.low), int(self.high), size=self.shape)
-            else:
-                arr = rng.uniform(self.low, self.high, size=self.shape)
-        elif self.init == "ones":
-            arr = np.ones(self.shape)
-        elif self.init == "zeros":
-            arr = np.zeros(self.shape)
-        else:  # arange
-            arr = np.arange(int(np.prod(self.shape, dtype=np.int64))).reshape(self.shape)
-        return np.asarray(arr).astype(dt)
-
-
-@dataclass(frozen=True)
-class DerivedSpec:
-    """An extra input computed once from the *full* primary inputs, then distributed.
-
-    Use it for values that depend on global information (e.g. an attention statistic over
-    the full Q/K): computing them on each rank's shard would change their meaning
-    (the process model). The case's ``fn`` receives primary inputs then derived inputs, in order.
-
-    :param fn: ``fn(*full_primary_inputs) -> tensor``, run on every rank with identical inputs.
-    :param placements: one placement per mesh dimension for the derived tensor.
-    :param ndim: rank of the derived tensor (needed to check ``Shard(d)`` at registration).
-    :param name: label used in error messages.
-    """
-
-    fn: Callable[..., Any]
-    placements: tuple
-    ndim: int
-    name: str = "derived"
-
-
-#: ``torch.testing.assert_close``'s float32 tolerances: the defaults of :meth:`CompareSpec.allclose`
-#: and of a scenario's ``ctx.assert_close``.
-DEFAULT_RTOL = 1.3e-6
-DEFAULT_ATOL = 1e-5
-
-
-@dataclass(frozen=True)
-class CompareSpec:
-    """How the gathered distributed output is compared with the single-device reference.
-
-    Build with :meth:`allclose`, :meth:`equal`, :meth:`shape` or :meth:`check`; every kind also
-    checks shape and dtype. ``allclose`` and ``equal`` first check that the reference is finite:
-    a reference with NaN or Inf makes the case fail ("reference has NaN/Inf"), since NaN equals
-    NaN and a broken case would look green; ``allow_nonfinite=True`` opts in (an op whose
-    reference is meant to hold NaN/Inf).
-    """
-
-    kind: str
-    rtol: float = 0.0
-    atol: float = 0.0
-    reason: str = ""
-    allow_nonfinite: bool = False
-    #: ``check``: the property, ``fn(expected, actual)`` on NumPy arrays
-    fn: Optional[Callable[[np.ndarray, np.ndarray], Any]] = None
-    #: output metadata fields not compared with the reference (:meth:`exempt_metadata`)
-    metadata_exempt: Tuple[str, ...] = ()
-    #: why they are not (:meth:`exempt_metadata`)
-    metadata_reason: str = ""
-
-    @staticmethod
-    def allclose(rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
-                 allow_nonfinite: bool = False) -> "CompareSpec":
-        """Elementwise ``|actual - expected| <= atol + rtol * |expected|`` (NumPy's ``isclose``;
-        NaNs at the same places are equal when ``allow_nonfinite``).
-
-        Defaults are ``torch.testing.assert_close``'s float32 tolerances.
-        """
-        return CompareSpec("allclose", rtol=float(rtol), atol=float(atol), allow_nonfinite=bool(allow_nonfinite))
-
-    @staticmethod
-    def equal(allow_nonfinite: bool = False) -> "CompareSpec":
-        """Bitwise-equal values (integer, bool and data-movement ops)."""
-        return CompareSpec("equal", allow_nonfinite=bool(allow_nonfinite))
-
-    @staticmethod
-    def check(fn: Callable[[np.ndarray, np.ndarray], Any], reason: str = "") -> "CompareSpec":
-        """A property instead of closeness, for values that differ by design (random ops).
-
-        :param fn: ``fn(expected, actual)`` with the reference and the gathered output as NumPy
-            arrays (shape and dtype already equal). It passes by returning ``None`` or ``True``;
-            ``False``, a string (the failure's text) or an ``AssertionError`` fail the case.
-            Ready-made properties: :mod:`meshtest.properties`.
-        :param reason: why closeness does not apply; shown in reports.
-        """
-        return CompareSpec("check", reason=reason, fn=fn)
-
-    def exempt_metadata(self, *fields: str, reason: str) -> "CompareSpec":
-        """This spec, with the output metadata ``fields`` (of ``"stride"``, ``"contiguous"``,
-        ``"requires_grad"``) left out of the check against the reference at step
-        ``output-metadata`` (:mod:`meshtest.rank.metadata`): for a difference the platform
-        documents, e.g. ``CompareSpec.equal().exempt_metadata("stride", reason="...")``.
-
-        :param reason: where the platform documents the difference; shown in reports.
-        :raises ValueError: no field, a field not compared, or an empty ``reason``.
-        """
-        unknown = [f for f in fields if f not in METADATA_FIELDS]
-        if not fields or unknown:
-            raise ValueError(f"exempt_metadata({', '.join(map(repr, fields))}): the fields compared with the "
-                             f"reference are {', '.join(METADATA_FIELDS)}")
-        if not reason.strip():
-            raise ValueError(f"exempt_metadata({', '.join(map(repr, fields))}) needs a reason: where the platform "
-                             "documents the difference")
-        return dataclasses.replace(self, metadata_exempt=tuple(dict.fromkeys(self.metadata_exempt + fields)),
-                                   metadata_reason=reason)
-
-    @staticmethod
-    def shape(reason: str = "") -> "CompareSpec":
-        """Only shape and dtype: for data-dependent values (e.g. dropout with p > 0).
-
-        :param reason: why values cannot be compared; shown in reports.
-        """
-        return CompareSpec("shape", reason=reason)
-
-
-@dataclass(frozen=True)
-class ExpectRaises:
-    """An exception the case must raise on every rank, as its passing outcome.
-
-    Written in a case as ``expect_raises=(ValueError, "regex")`` or ``(ValueError, "regex",
-    "step")``; for a bug whose fix may be either a raise or the right result,
-    ``expect_raises=ExpectRaises(ValueError, "regex", or_pass=True)``; when the fix's exception
-    type is not known yet (a maintainer promising "a more obvious error"), leave the class out:
-    ``ExpectRaises(match="aten.foo", or_pass=True)`` takes any exception whose message
-    matches, raised at the step, or a right result.
-
-    :param exception: the exception class (a subclass matches); ``None``: any ``Exception``
-        except meshtest's own verdict that a check failed (:class:`meshtest.errors.CheckFailed`:
-        the values differ, which is not a raise of the platform); ``match`` must then be
-        non-empty (rule ``expect-raises``), or a typo anywhere in the case would pass.
-    :param match: a regular expression searched in ``str(exception)`` (``""``: any message).
-    :param step: the step it must be raised in; ``None``: ``run`` for an op case, ``parallel``
-        for a training case, any step for a scenario.
-    :param or_pass: the case also passes when nothing is raised and every check holds (an op
-        case's outputs equal the reference, a training case's runs agree): "raises this, or is
-        right". Any other exception, or a completed run whose values differ, fails naming both
-        outcomes.
-    """
-
-    exception: Optional[type] = None
-    match: str = ""
-    step: Optional[str] = None
-    or_pass: bool = False
-
-    def describe(self) -> str:
-        text = "any exception" if self.exception is None else self.exception.__name__
-        text += f" matching {self.match!r}" if self.match else ""
-        text += f" at step {self.step}" if self.step else ""
-        return text + (" (or a pass)" if self.or_pass else "")
-
-    def matches(self, error: BaseException, step: str) -> bool:
-        """Whether ``error``, raised at ``step``, is the expected exception."""
-        import re
-
-        if self.exception is None:
-            kind_ok = isinstance(error, Exception) and not isinstance(error, CheckFailed)
-        else:
-            kind_ok = isinstance(error, self.exception)
-        return (kind_ok and (self.step is None or self.step == step)
-                and re.search(self.match, str(error)) is not None)
 
 
 class _Case:
@@ -464,10 +211,10 @@ class OpShardCase(_Case):
         tags = rules.check_tags(file, name, self.tags)
         needs_mesh = rules.check_flag(file, name, "needs_mesh", self.needs_mesh)
         solo = rules.check_flag(file, name, "solo_launcher", self.solo_launcher)
-        inputs = _check_inputs(file, name, self.inputs)
+        inputs = check_inputs(file, name, self.inputs)
         placements = rules.check_placements(file, name, mesh_shape, [s.shape for s in inputs], self.placements)
-        _check_partial_split(file, name, mesh_shape, inputs, placements, self.compare)
-        derived = _check_derived(file, name, mesh_shape, self.derived_inputs)
+        check_partial_split(file, name, mesh_shape, inputs, placements, self.compare)
+        derived = check_derived(file, name, mesh_shape, self.derived_inputs)
         for field_name in ("compare", "grad_compare"):
             value = getattr(self, field_name)
             if not isinstance(value, CompareSpec) and not (field_name == "grad_compare" and value is None):
@@ -490,8 +237,8 @@ class OpShardCase(_Case):
         if grad_pl is not None and len(grad_pl) != len(inputs):
             raise CaseDeclarationError(file, name, "expected-placements",
                                        f"grad_placements has {len(grad_pl)} entries for {len(inputs)} input(s)")
-        _check_timeout(file, name, self.timeout_s)
-        steps = _check_declared_steps(file, name, mesh_shape, inputs, self)
+        check_timeout(file, name, self.timeout_s)
+        steps = check_declared_steps(file, name, mesh_shape, inputs, self)
         return dataclasses.replace(
             self,
             **steps,
@@ -582,7 +329,7 @@ class ScenarioCase(_Case):
         if not callable(self.fn):
             raise CaseDeclarationError(file, name, "fn", f"fn must be callable as fn(ctx); got {self.fn!r}")
         mesh_shape = rules.check_mesh_shape(file, name, self.mesh_shape)
-        _check_timeout(file, name, self.timeout_s)
+        check_timeout(file, name, self.timeout_s)
         return dataclasses.replace(
             self,
             mesh_shape=mesh_shape,
@@ -597,190 +344,3 @@ class ScenarioCase(_Case):
             capabilities=rules.check_capabilities(file, name, self.capabilities),
             layer=rules.check_layer(file, name, self.layer),
         )
-
-
-def _check_declared_steps(file: str, name: str, mesh_shape: Tuple[int, ...], inputs: Sequence[Any],
-                          case: OpShardCase) -> dict:
-    """Rule ``declared-steps``: ``redistribute_inputs`` and ``checkpoint_inputs`` have one entry
-    per input (``None`` or placements valid for that input's shape); ``local_fn`` is callable and comes with
-    ``local_output_placements`` (one placement per mesh dimension for each output), which
-    nothing else may carry; ``redistribute_outputs`` entries are ``None`` or placements. Rules
-    ``module`` (``module`` and ``plan`` together, not with ``local_fn``) and ``local``.
-
-    :returns: the normalised fields, by name.
-    """
-    out: dict = {}
-    value = case.redistribute_inputs
-    if value is not None:
-        if not isinstance(value, (tuple, list)) or len(value) != len(inputs):
-            raise CaseDeclarationError(
-                file, name, "declared-steps",
-                f"redistribute_inputs must have one entry (None or placements) per input, {len(inputs)}; got {value!r}")
-        entries = []
-        for i, entry in enumerate(value):
-            if entry is None:
-                entries.append(None)
-                continue
-            (p,) = rules.check_placements(file, name, mesh_shape, [inputs[i].shape], [entry],
-                                          what=f"redistribute_inputs[{i}]")
-            entries.append(p)
-        if all(e is None for e in entries):
-            raise CaseDeclarationError(file, name, "declared-steps",
-                                       "redistribute_inputs redistributes no input (every entry is None); leave it out")
-        out["redistribute_inputs"] = tuple(entries)
-    if (case.module is None) != (case.plan is None):
-        raise CaseDeclarationError(file, name, "module",
-                                   "module and plan go together: the module is built for the reference and "
-                                   "parallelized by the plan for the distributed call")
-    if case.module is not None:
-        if not callable(case.module):
-            raise CaseDeclarationError(file, name, "module", f"module must be callable as module(api); got "
-                                                             f"{case.module!r}")
-        if not (callable(case.plan) or (isinstance(case.plan, dict) and case.plan)):
-            raise CaseDeclarationError(file, name, "module", "plan must be a non-empty {fqn: style} dict or "
-                                                             f"plan(module, mesh, api); got {case.plan!r}")
-        if case.local_fn is not None:
-            raise CaseDeclarationError(file, name, "module", "module and local_fn exclude each other: local_fn "
-                                                             "replaces the call of fn(module, *inputs)")
-    if takes_local(case.fn) and case.local_fn is not None:
-        raise CaseDeclarationError(file, name, "local",
-                                   "fn(..., *, local) and local_fn exclude each other: local_fn replaces the whole "
-                                   "distributed call, local() runs a part of it")
-    fn, placements = case.local_fn, case.local_output_placements
-    if fn is not None and not callable(fn):
-        raise CaseDeclarationError(file, name, "declared-steps",
-                                   f"local_fn must be callable as local_fn(*local_inputs, mesh=mesh); got {fn!r}")
-    if (fn is None) != (placements is None):
-        raise CaseDeclarationError(
-            file, name, "declared-steps",
-            "local_fn and local_output_placements go together: the platform wraps each local output of local_fn "
-            "with its placements" + ("" if fn is None else "; add local_output_placements=((Shard(0),),) or the like"))
-    if placements is not None:
-        checked = rules.check_expected_placements(file, name, mesh_shape, placements, "local_output_placements")
-        if any(p is None for p in checked):
-            raise CaseDeclarationError(file, name, "declared-steps",
-                                       "local_output_placements needs placements for every output (no None)")
-        out["local_output_placements"] = checked
-    out["redistribute_outputs"] = rules.check_expected_placements(file, name, mesh_shape, case.redistribute_outputs,
-                                                                  "redistribute_outputs")
-    value = case.checkpoint_inputs
-    if value is not None:
-        if not isinstance(value, (tuple, list)) or len(value) != len(inputs):
-            raise CaseDeclarationError(
-                file, name, "declared-steps",
-                f"checkpoint_inputs must have one entry (None or the placements to load into) per input, "
-                f"{len(inputs)}; got {value!r}")
-        entries = [None if e is None else rules.check_placements(file, name, mesh_shape, [inputs[i].shape], [e],
-                                                                 what=f"checkpoint_inputs[{i}]")[0]
-                   for i, e in enumerate(value)]
-        if all(e is None for e in entries):
-            raise CaseDeclarationError(file, name, "declared-steps",
-                                       "checkpoint_inputs checkpoints no input (every entry is None); leave it out")
-        out["checkpoint_inputs"] = tuple(entries)
-    return out
-
-
-def _check_timeout(file: str, name: str, timeout_s: Any) -> None:
-    """Rule ``timeout``: ``None`` or a number of seconds > 0."""
-    number = isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool)
-    if timeout_s is not None and (not number or timeout_s <= 0):
-        raise CaseDeclarationError(file, name, "timeout",
-                                   f"timeout_s must be a number of seconds > 0; got {timeout_s!r}")
-
-
-def _check_inputs(file: str, name: str, inputs: Any) -> Tuple[Any, ...]:
-    """Rule ``inputs``: a list of :class:`InputSpec` / ``LocalInput``, each valid."""
-    if not isinstance(inputs, (list, tuple)) or not all(isinstance(s, (InputSpec, LocalInput)) for s in inputs):
-        raise CaseDeclarationError(file, name, "inputs", "inputs must be a list of InputSpec or LocalInput")
-    return tuple(s.validate(file, name, i) for i, s in enumerate(inputs))
-
-
-def _check_derived(file: str, name: str, mesh_shape: Tuple[int, ...], derived: Any) -> Tuple[DerivedSpec, ...]:
-    out = []
-    for i, d in enumerate(derived):
-        if not isinstance(d, DerivedSpec) or not callable(d.fn):
-            raise CaseDeclarationError(file, name, "derived",
-                                       f"derived_inputs[{i}] must be a DerivedSpec with a callable fn")
-        (p,) = rules.check_placements(file, name, mesh_shape, [(1,) * d.ndim], [d.placements],
-                                      what=f"derived_inputs[{i}]")
-        out.append(dataclasses.replace(d, placements=p))
-    return tuple(out)
-
-
-def _check_partial_split(file: str, name: str, mesh_shape: Tuple[int, ...], inputs: Sequence[Any],
-                         placements: Sequence[tuple], compare: Any) -> None:
-    """Rule ``partial-split``: an :class:`InputSpec` placed ``Partial`` is split by the platform's
-    rule (torch: ``v / n`` on every rank for ``sum``; ``v`` for ``avg``/``max``/``min``). That turns
-    an integer ``sum`` into floats, and on a mesh dimension whose size is not a power of two
-    ``v / n`` summed ``n`` times (or ``n`` copies of ``v`` averaged) is not bit-equal to ``v``, so
-    ``equal()`` would fail for meshtest's own reason. Either is an error here, naming
-    ``LocalInput`` (distinct partials that reduce exactly) as the way to declare it.
-    """
-    for i, (spec, per_input) in enumerate(zip(inputs, placements)):
-        if not isinstance(spec, InputSpec):
-            continue
-        for k, p in enumerate(per_input):
-            if not isinstance(p, Partial):
-                continue
-            if p.reduce_op == "sum" and spec.dtype not in FLOAT_DTYPES:
-                raise CaseDeclarationError(
-                    file, name, "partial-split",
-                    f"inputs[{i}] is {spec.dtype} placed {p!r} on mesh dim {k}: the platform splits a full tensor "
-                    "into partial sums as v / n, which is not an integer; declare the per-rank values with "
-                    "LocalInput(shape=..., local=lambda coord: ..., dtype=...)")
-            size = mesh_shape[k]
-            inexact = p.reduce_op in ("sum", "avg") and size & (size - 1) != 0
-            if inexact and isinstance(compare, CompareSpec) and compare.kind == "equal":
-                raise CaseDeclarationError(
-                    file, name, "partial-split",
-                    f"inputs[{i}] placed {p!r} on mesh dim {k} of size {size}: the split v / {size} does not "
-                    f"reduce back to v bit for bit, so equal() would fail; compare with allclose(...) or declare "
-                    "exact partials with LocalInput")
-
-
-def takes_local(fn: Any) -> bool:
-    """Whether an op case's ``fn`` declares the keyword-only parameter ``local``
-    (``fn(x, *, local)``): it then gets :class:`meshtest.rank.pipeline.LocalRegion`'s
-    ``local(g, *out_placements)`` on both calls. ``False`` when Python cannot read the signature.
-
-    :raises ValueError: ``local`` is a parameter of ``fn`` but not keyword-only."""
-    try:
-        param = inspect.signature(fn).parameters.get("local")
-    except (TypeError, ValueError):
-        return False
-    if param is None:
-        return False
-    if param.kind is not inspect.Parameter.KEYWORD_ONLY:
-        raise ValueError("fn's parameter local must be keyword-only: def fn(x, *, local)")
-    return True
-
-
-def check_expect_raises(file: str, name: str, value: Any) -> Optional[ExpectRaises]:
-    """Rule ``expect-raises``: ``None``, an :class:`ExpectRaises`, or ``(exc, "regex"[, "step"])``."""
-    import re
-
-    if value is None or isinstance(value, ExpectRaises):
-        spec = value
-    elif isinstance(value, tuple) and 1 <= len(value) <= 3:
-        spec = ExpectRaises(*value)
-    else:
-        raise CaseDeclarationError(file, name, "expect-raises",
-                                   f"expect_raises must be (ExceptionClass, 'regex'[, 'step']); got {value!r}")
-    if spec is None:
-        return None
-    if spec.exception is None:
-        if not (isinstance(spec.match, str) and spec.match):
-            raise CaseDeclarationError(file, name, "expect-raises",
-                                       "without an exception class, expect_raises needs the regex its message must "
-                                       "match (any exception with any message would pass a typo in the case)")
-    elif not (isinstance(spec.exception, type) and issubclass(spec.exception, BaseException)):
-        raise CaseDeclarationError(file, name, "expect-raises", f"{spec.exception!r} is not an exception class")
-    if not isinstance(spec.match, str) or not (spec.step is None or isinstance(spec.step, str)):
-        raise CaseDeclarationError(file, name, "expect-raises", "the regex and the step must be strings")
-    if not isinstance(spec.or_pass, bool):
-        raise CaseDeclarationError(file, name, "expect-raises", f"or_pass must be True or False; got {spec.or_pass!r}")
-    try:
-        re.compile(spec.match)
-    except re.error as e:
-        raise CaseDeclarationError(file, name, "expect-raises", f"regex {spec.match!r} does not compile: {e}") from None
-    return spec

@@ -28,7 +28,8 @@ from ..model.rules import GOLDEN_NOTE
 from ..model.scan import BrokenDeclaration, ScannedCase, case_id
 from ..status import Status, worst
 from . import rank_logs
-from .launch import LaunchResult, describe_exit, rank_exit_codes, root_cause_rank, tail
+from .launch import LaunchResult
+from .launcher_log import describe_exit, rank_exit_codes, root_cause_rank, tail
 from .planner import Group
 
 

@@ -19,7 +19,7 @@ from ..errors import SelectionError
 from ..model import rules
 from ..model.rules import LOCAL_LANE_TAG
 from ..model.scan import ScannedCase
-from ..platforms.backend import backend_info
+from ..platforms.registry import backend_info
 from ..report.results import recorded_durations
 from . import outcomes
 from .options import RunOptions

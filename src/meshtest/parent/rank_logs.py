@@ -139,7 +139,7 @@ def crash_cause(log: str, case: str, how: str) -> Tuple[Optional[str], List[str]
     cases/x.py:12 in fn``); with none of these the line is ``None`` (the log says nothing of
     its own: an ``os._exit``).
 
-    :param how: the exit as :func:`meshtest.parent.launch.describe_exit` words it.
+    :param how: the exit as :func:`meshtest.parent.launcher_log.describe_exit` words it.
     """
     text = case_section(log, case)
     native = native_error(text)

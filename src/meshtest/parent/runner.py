@@ -29,7 +29,7 @@ from ..contract import CaseOutcome
 from ..errors import DeviceUnavailable, SelectionError
 from ..model.scan import FileScan, ScannedCase, case_id, name_of, scan_case_file
 from ..platforms import probe
-from ..platforms.backend import backend_info
+from ..platforms.registry import backend_info
 from ..report import reporter
 from ..report.html import write_html_report
 from ..report.junit import write_junit
@@ -39,13 +39,13 @@ from . import executor, outcomes, relaunch, warm
 from .launch import (
     LaunchResult,
     RankWatcher,
-    describe_exit,
     free_port,
     launch,
     rendezvous_clashed,
     salvage,
     warm_modules,
 )
+from .launcher_log import describe_exit
 from .options import RunOptions
 from .plan import RunPlan, is_ranks_lane, make_plan
 from .planner import Group, LaunchSchedule, device_kind_mismatch

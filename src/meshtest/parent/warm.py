@@ -5,7 +5,7 @@ A CPU launch of torch ranks used to start a new interpreter for its launcher, wh
 (:mod:`meshtest.rank.torch_launcher`); a run of several launches (relaunches after a fault,
 one launch per world size, phases) paid it each time. Here the standard library's fork server
 (:mod:`multiprocessing.forkserver`, ``set_forkserver_preload``) imports the platform's
-:attr:`~meshtest.platforms.backend.BackendInfo.warm` modules once, started as soon as the run
+:attr:`~meshtest.platforms.registry.BackendInfo.warm` modules once, started as soon as the run
 is planned (:func:`prestart`), and each launch's launcher is a fork of it that does what
 ``python -m <module> <args>`` would (``<module>.main(args)``, as its ``__main__`` block), with the
 launch's environment, its ``launcher.log`` as stdout and stderr, and the slot lease's lock files

@@ -48,7 +48,7 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("--device-kind", required=True)
     ap.add_argument("--need", type=int, default=1)
     args = ap.parse_args(argv)
-    from .backend import load_backend
+    from .registry import load_backend
 
     try:
         backend = load_backend(args.platform, device_kind=args.device_kind)

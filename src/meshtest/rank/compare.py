@@ -16,8 +16,8 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import CheckFailed
+from ..model.compare_spec import CompareSpec
 from ..model.known import SIGNATURE_LINE
-from ..model.spec import CompareSpec
 
 
 class CompareError(CheckFailed):

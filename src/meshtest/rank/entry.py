@@ -52,7 +52,8 @@ from ..model import rules
 from ..model.known import judge, marks_a_later_phase
 from ..model.registry import BrokenCase, Registry, check_against_scan, load_case_file
 from ..model.scan import ScannedCase, case_id, scan_case_file
-from ..platforms.backend import ShardBackend, load_backend
+from ..platforms.backend import ShardBackend
+from ..platforms.registry import load_backend
 from ..proctree import die_with_parent
 from ..status import Status
 from . import dispatch, pipeline

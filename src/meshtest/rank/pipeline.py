@@ -32,9 +32,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import Unsupported
+from ..model.compare_spec import ExpectRaises
+from ..model.inputs import numpy_dtype
 from ..model.known import PASSED, rank_groups
 from ..model.local_input import LocalInput, assemble, coords
-from ..model.spec import ExpectRaises, OpShardCase, ScenarioCase, numpy_dtype
+from ..model.spec import OpShardCase, ScenarioCase
 from ..platforms.backend import ShardBackend
 from ..status import Status
 from .compare import CompareError, compare_arrays, text_digest

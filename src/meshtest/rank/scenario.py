@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional
 
-from ..model.spec import DEFAULT_ATOL, DEFAULT_RTOL, CompareSpec
+from ..model.compare_spec import DEFAULT_ATOL, DEFAULT_RTOL, CompareSpec
 from .compare import compare_arrays
 
 

@@ -22,7 +22,7 @@ What the runner relies on stays torchrun's: each rank gets the agent's environme
 per node); this process polls the ranks every 0.1 s and, when one fails, stops the others
 (``SIGTERM``, ``SIGKILL`` after 30 s) and ends with torchrun's ``ChildFailedError`` report on its
 stderr (``launcher.log``: ``rank : k`` / ``exitcode : c``, the root cause first), which
-:func:`meshtest.parent.launch.rank_exit_codes` reads, preceded by every rank's exit
+:func:`meshtest.parent.launcher_log.rank_exit_codes` reads, preceded by every rank's exit
 (:class:`RankExits`); ``SIGTERM``/``SIGINT`` to this process go to the ranks first. A rank's exit
 code is its :func:`meshtest.rank.entry.run` result, so a rank that gave up exits
 :data:`meshtest.contract.GAVE_UP_EXIT` as under torchrun. A taken ``--master-port`` fails the
@@ -51,7 +51,7 @@ class RankExits:
     and a ``SIGCHLD`` handler peeks at each exited rank with ``waitid(..., WNOWAIT)`` — leaving
     the reaping to the fork context — to record its status. :meth:`report` prints them in torchrun's
     format (``rank : k`` / ``exitcode : c``, the first seen as the root cause) for
-    :func:`meshtest.parent.launch.rank_exit_codes` and ``root_cause_rank``.
+    :func:`meshtest.parent.launcher_log.rank_exit_codes` and ``root_cause_rank``.
     """
 
     def __init__(self) -> None:

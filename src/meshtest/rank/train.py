@@ -24,10 +24,11 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from .. import checkpoints
+from ..model.compare_spec import CompareSpec
 from ..model.rules import GOLDEN_LAYERS, NO_GOLDEN_NOTE
-from ..model.spec import CompareSpec
 from ..model.train import QUANTITIES, TrainCase
-from ..platforms.backend import ShardBackend, TrainSnapshot
+from ..platforms.backend import ShardBackend
+from ..platforms.ports import TrainSnapshot
 from ..status import Status
 from .compare import CompareError, compare_arrays
 from .pipeline import OnStep, StepResult, _completed, _from_exception, _Steps

@@ -176,7 +176,7 @@ def verdict_class(outcome: CaseOutcome) -> str:
 
 def weak_cases(manifest_paths: Iterable[str]) -> Dict[str, str]:
     """Generated case name → why its reference cannot tell a wrong answer from a right one (the
-    manifests' ``weak`` fields, :func:`meshtest.platforms.torch.opinfo.weak_reference`: an empty
+    manifests' ``weak`` fields, :func:`meshtest.platforms.torch.opinfo.manifest.weak_reference`: an empty
     output, an all-zero or non-finite reference), for the cases that have one."""
     found: Dict[str, str] = {}
     for path in manifest_paths:

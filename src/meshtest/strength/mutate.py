@@ -86,7 +86,7 @@ def _child(m: MutantResult, calls: Sequence[Dict[str, Any]], cases: Sequence[Sca
            first_kill: bool = False) -> None:
     """Body of a mutant's process (never returns): prove, then run ``cases`` under the mutant
     (with ``first_kill``, only until a case fails: the plan's fail-fast stop)."""
-    from ..platforms.backend import load_backend
+    from ..platforms.registry import load_backend
     from ..proctree import die_with_parent
     from ..rank import entry
 

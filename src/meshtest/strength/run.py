@@ -68,7 +68,7 @@ def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
 
     :raises ValueError: an unreadable ops file or baseline.
     :raises meshtest.errors.SelectionError: see :func:`meshtest.parent.runner.run`."""
-    from ..platforms.backend import load_backend
+    from ..platforms.registry import load_backend
 
     t0 = time.monotonic()
     if from_dirs:
@@ -149,7 +149,7 @@ def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, pl
 
     :raises meshtest.errors.SelectionError: see :func:`meshtest.parent.runner.run`.
     :raises meshtest.parent.slots.SlotRequestError: ``jobs`` slots cannot be had."""
-    from ..platforms.backend import load_backend
+    from ..platforms.registry import load_backend
     from ..rank.entry import load_cases
 
     t0 = time.monotonic()

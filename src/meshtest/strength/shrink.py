@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 from ..model.generated import GENERATORS, read_manifest
 from ..model.rules import normalised_dim_names, world_size
 from ..model.scan import generated_manifest
-from ..platforms.backend import load_backend
+from ..platforms.registry import load_backend
 from ..rank import dispatch
 from ..rank.entry import case_seed
 from ..report.results import error_kind

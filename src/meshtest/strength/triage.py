@@ -185,7 +185,7 @@ def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]], wh
                         raise ValueError(
                             f"known_failures.json rule {i} marks {e['name']}, a random case, with a value mismatch: a "
                             "random op's values are judged as random (unsupported where DTensor has no RNG, "
-                            "meshtest.platforms.torch.opinfo.OpCall), never against one single-device draw")
+                            "meshtest.platforms.torch.opinfo.cases.OpCall), never against one single-device draw")
                     if signed(rule["known_failure"]):
                         sig = (signatures or {}).get(e["name"])
                         if sig is None:

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from ...model.placement import Placement
-from ..backend import TrainContext
+from ..ports import TrainContext
 from .placement import to_torch_placement
 
 #: The file of a full-state-dict checkpoint (``TrainCase(checkpoint="full"|"full_broadcast")``).

@@ -1,6 +1,6 @@
 """The training runtime: a training case's loop on torch — parameter placement, pipeline stages
 and schedules, gradient accumulation and sync, clipping, the optimizer and scheduler steps, and
-each step's snapshot (:class:`meshtest.platforms.backend.TrainSnapshot`).
+each step's snapshot (:class:`meshtest.platforms.ports.TrainSnapshot`).
 
 The loop (:func:`train`, :func:`train_step`) is the one the baseline and the parallel run share;
 ``parallel`` turns on what only the parallel run does (the case's ``parallelize``, its
@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.distributed.tensor import Replicate as TReplicate
 
-from ..backend import TrainContext, TrainSnapshot
+from ..ports import TrainContext, TrainSnapshot
 from . import checkpoint
 from .placement import full_numpy, full_of, local_of, to_torch_placement
 
