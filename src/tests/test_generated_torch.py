@@ -138,19 +138,20 @@ def test_samples_are_named_alike_under_another_cpu_instruction_set():
 
 
 def test_random_is_told_by_the_seed_and_by_filled_memory_never_by_the_last_bits():
-    """A sample is ``random`` (compared by shape only) when two seeds give different results or
-    uninitialised memory shows: a deterministic kernel that rounds differently in the last bits
-    from call to call (a matmul's blocking follows buffer alignment) gave ``__rmatmul__``,
-    ``linalg.cond`` ``random`` in one process and not in the next, so the committed manifests
-    failed their regeneration check on CI; ``new_empty`` must be random even when two calls
-    happen to find the same garbage."""
+    """A sample's values are not compared place for place when two seeds give different results
+    (``random``) or uninitialised memory shows (``uninitialised``): a deterministic kernel that
+    rounds differently in the last bits from call to call (a matmul's blocking follows buffer
+    alignment) gave ``__rmatmul__``, ``linalg.cond`` ``random`` in one process and not in the
+    next, so the committed manifests failed their regeneration check on CI; ``new_empty`` must
+    be uninitialised (not random) when two calls happen to find the same garbage, or other
+    garbage."""
     import torch
 
     a = torch.randn(16, 16)
     assert opinfo_manifest._close(a, torch.nextafter(a, torch.full_like(a, float("inf"))))
     assert not opinfo_manifest._close(a, a * 1.001) and not opinfo_manifest._close(a, a[:8])
-    for key, expect in (("new_empty", True), ("empty_like", True), ("__rmatmul__", False), ("linalg.cond", False),
-                        ("linalg.svdvals", False), ("norm.nuc", False)):
+    for key, expect in (("new_empty", "uninitialised"), ("empty_like", "uninitialised"), ("__rmatmul__", ""),
+                        ("linalg.cond", ""), ("linalg.svdvals", ""), ("norm.nuc", "")):
         op = opinfo_samples.opinfos()[key]
         seen = []
         for i, s in enumerate(opinfo_samples.samples(key, "float32")):
@@ -159,7 +160,7 @@ def test_random_is_told_by_the_seed_and_by_filled_memory_never_by_the_last_bits(
                 for _ in range(3):  # the garbage, the rounding: the verdict must not change with the try
                     facts, why = opinfo_manifest.sample_facts(op, key, "float32", i, s, {})
                     if facts is not None:  # else a sample the generator leaves out (``why``)
-                        seen.append(facts.random)
+                        seen.append("random" if facts.random else "uninitialised" if facts.uninitialised else "")
         assert seen and set(seen) == {expect}, (key, seen)
 
 
@@ -190,6 +191,31 @@ def test_a_self_seeding_op_is_random_and_its_case_is_unsupported_on_a_cpu_mesh(t
     found = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [(o["case"], o["status"]) for o in found] == [(name, "unsupported")]
     assert "is_rng_supported_mesh" in found[0]["failures"][0]["error"]
+
+
+def test_a_random_case_is_judged_as_a_draw_and_uninitialised_memory_by_shape():
+    """Issue 38, item 2, where DTensor has an RNG: a random op's case compares its output as a
+    draw (``random_draw``: the reference's distribution, shards that differ where the
+    reference's do, from the inputs' ``Shard`` placements), not place for place. An op that
+    returns uninitialised memory (``new_empty``: its two seeded runs agree once memory is
+    filled) is not random: it runs on a CPU mesh, compared by shape and dtype only."""
+    for key, random_, uninitialised in (("nn.functional.dropout", True, False), ("new_empty", False, True)):
+        op = opinfo_samples.opinfos()[key]
+        drawn = opinfo_samples.samples(key, "float32")
+        found = [opinfo_manifest.sample_facts(op, key, "float32", i, s, {})[0] for i, s in enumerate(drawn)
+                 if s.kwargs.get("p", 0.5) not in (0.0, 1.0) and s.kwargs.get("training", True)]
+        found = [f for f in found if f is not None]
+        assert {f.random for f in found} == {random_}, key  # new_empty: an empty output is neither
+        assert (random_, uninitialised) in {(f.random, f.uninitialised) for f in found}, key
+    entries = [e for e in _entries("manifest_pointwise_level1_4.json") + _entries("manifest_tensor.json")
+               if e["op"] in ("nn.functional.dropout", "new_empty")]
+    dropout = next(e for e in entries if e["op"] == "nn.functional.dropout" and "S(0)" in e["placements"][0])
+    compare = opinfo_cases.materialize(dropout, {}).compare
+    assert compare.kind == "check" and "Kolmogorov" in compare.reason
+    assert "shards=[(0, " in compare.fn.__name__
+    empty = next(e for e in entries if e["op"] == "new_empty")
+    assert empty["uninitialised"] and not empty["random"]
+    assert opinfo_cases.materialize(empty, {}).compare.kind == "shape"
 
 
 def test_a_degenerate_reference_is_weak_and_goes_after_the_samples_that_can_tell():

@@ -181,7 +181,7 @@ def apply(table: Sequence[Dict[str, Any]], entries: Iterable[Dict[str, Any]], wh
                             f"rule's reason stands for (requires: {'; '.join(unmet)}); the reason is "
                             f"\"{rule['known_failure']['reason']}\": move the case to a rule whose reason describes it")
                     e["known_failure"] = dict(rule["known_failure"])
-                    if signed(rule["known_failure"]) and e.get("random"):
+                    if signed(rule["known_failure"]) and (e.get("random") or e.get("uninitialised")):
                         raise ValueError(
                             f"known_failures.json rule {i} marks {e['name']}, a random case, with a value mismatch: a "
                             "random op's values are judged as random (unsupported where DTensor has no RNG, "

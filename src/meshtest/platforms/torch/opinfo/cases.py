@@ -20,6 +20,7 @@ from ....model.layout import chunk
 from ....model.local_input import LocalInput
 from ....model.placement import Partial, Shard
 from ....model.spec import OpShardCase
+from ....properties import random_draw
 from .manifest import sample_facts
 from .samples import (
     TOLERANCES,
@@ -201,16 +202,23 @@ _NO_SPELLING = object()
 
 
 def compare_of(out_dtypes: Sequence[str], nonfinite: bool = False, random_: bool = False,
-               in_dtypes: Sequence[str] = ()) -> CompareSpec:
+               in_dtypes: Sequence[str] = (), uninitialised: bool = False,
+               shards: Sequence[Tuple[int, int, Tuple[int, ...]]] = ()) -> CompareSpec:
     """Exact for integer and bool outputs, else ``assert_close``'s tolerances for the least
     precise float among the outputs and the inputs (:data:`TOLERANCES`: a float64 result of
     float32 inputs carries float32's rounding of the inputs, e.g. of their partial sums).
     ``nonfinite``: the sample's reference holds NaN or Inf by design (an input outside the op's
     domain), compared place for place. ``random_``: the op's values change with the seed on one
-    device (a random op, ``empty_like``): only shapes and dtypes can be compared."""
+    device: compared as a draw (:func:`meshtest.properties.random_draw`: the reference's
+    distribution, shards that differ where the reference's do — ``shards``, from the inputs'
+    ``Shard`` placements), where DTensor has an RNG (:class:`OpCall`). ``uninitialised``: the
+    values are whatever memory held (``empty_like``): only shapes and dtypes are compared."""
+    if uninitialised:
+        return CompareSpec.shape("the op returns uninitialised memory")
     if random_:
-        return CompareSpec.shape("the op's output changes with the random seed on one device (random or "
-                                 "uninitialised values)")
+        return CompareSpec.check(random_draw(shards), reason=(
+            "a random op: its draw on the mesh against a single-device draw, in distribution (two-sample "
+            "Kolmogorov-Smirnov) and with shards that differ where the single-device draw's do"))
     if not any(d in TOLERANCES for d in out_dtypes):
         return CompareSpec.equal(allow_nonfinite=nonfinite)
     floats = [d for d in list(out_dtypes) + list(in_dtypes) if d in TOLERANCES]
@@ -245,9 +253,22 @@ def materialize(entry: Dict[str, Any], manifest: Dict[str, Any]) -> OpShardCase:
         name=entry["name"], fn=OpCall(entry), inputs=inputs,
         placements=[tuple(parse_placement(p) for p in per) for per in entry["placements"]],
         mesh_shape=tuple(entry["mesh_shape"]), tags=tuple(entry["tags"]),
-        compare=compare_of(out_dtypes, entry["nonfinite"], entry["random"], dtypes),
+        compare=compare_of(out_dtypes, entry["nonfinite"], entry["random"], dtypes,
+                           uninitialised=entry.get("uninitialised", False), shards=_shards(entry)),
         compare_outputs=tuple(entry["outputs"]), known_failure=None if known is None else KnownFailure.from_json(known),
         simulation_limit=entry.get("simulation_limit"))
+
+
+def _shards(entry: Dict[str, Any]) -> List[Tuple[int, int, Tuple[int, ...]]]:
+    """``(dim, ranks, shape)`` of every input placed ``Shard(dim)`` on a mesh dim of ``ranks``
+    ranks, with its shape (:func:`meshtest.properties.random_draw`'s ``shards``)."""
+    out = []
+    for shape, per in zip(entry["shapes"], entry["placements"]):
+        for k, text in enumerate(per):
+            p = parse_placement(text)
+            if type(p) is Shard and entry["mesh_shape"][k] > 1:  # not a _StridedShard: its pieces interleave
+                out.append((p.dim % max(len(shape), 1), entry["mesh_shape"][k], tuple(shape)))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,14 +324,15 @@ def simpler(e: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
         grads = f.grad_inputs if e["grad_inputs"] else []
         out.append((f"sample {index}", _renamed(
             e, sample=index, sig=f.sig, shapes=f.shapes, dtypes=f.dtypes, outputs=f.outputs, out_dtypes=f.out_dtypes,
-            grad_inputs=grads, nonfinite=f.nonfinite, random=f.random, aten=f.aten, weak=f.weak,
+            grad_inputs=grads, nonfinite=f.nonfinite, random=f.random, uninitialised=f.uninitialised,
+            aten=f.aten, weak=f.weak,
             inplace=[0] if variant == "inplace" else f.inplace)))
     return [(what, x) for what, x in out if _valid(x)]
 
 
 @functools.lru_cache(maxsize=1)
 def _rules() -> Dict[str, str]:
-    from .rules import registered_rules
+    from ..rules import registered_rules
 
     return registered_rules()
 

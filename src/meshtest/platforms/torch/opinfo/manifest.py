@@ -48,7 +48,8 @@ class SampleFacts:
     grad_inputs: List[int] = field(default_factory=list)  # tensors that got a gradient
     aten: List[str] = field(default_factory=list)  # operators with a registered rule it dispatched
     nonfinite: bool = False  # the op's output holds NaN/Inf for this sample (compared NaN for NaN)
-    random: bool = False  # runs from two seeds differ, or with filled memory (a random op, uninitialised memory)
+    random: bool = False  # runs from two seeds differ (a random op)
+    uninitialised: bool = False  # not random, but a run with filled memory differs (``empty_like``)
     inplace: List[int] = field(default_factory=list)  # tensors the op writes into (version counter bumped)
     variants: List[str] = field(default_factory=list)  # "inplace", "out": what else gives the same result here
     weak: str = ""  # why its reference cannot tell a wrong answer from a right one (:func:`weak_reference`)
@@ -106,6 +107,8 @@ def sample_facts(op: Any, key: str, dtype: str, index: int, sample: Any,
                 again = call(op, sample, second)
             torch.manual_seed(SAMPLE_SEED)
             filled = _with_filled_memory(op, sample, ts)
+            torch.manual_seed(SAMPLE_SEED + 1)  # and from another seed: garbage memory alone differs no more
+            filled_again = _with_filled_memory(op, sample, ts)
     except Exception as e:  # the op rejects the sample on one device: nothing to compare with
         return None, f"raises on one device: {type(e).__name__}"
     outs = _outputs(out)
@@ -114,13 +117,18 @@ def sample_facts(op: Any, key: str, dtype: str, index: int, sample: Any,
     if any(o.dtype not in DTYPE_NAMES or o.layout != torch.strided for _, o in outs):
         return None, "an output of an unsupported dtype or layout"
     aten = [a for a in rec.ops if a in rules]
-    random_ = not all(_close(o, a) for (_, o), (_, a) in zip(outs, _outputs(again) or []))
-    random_ = random_ or filled is not None and not all(
-        _close(o, a) for (_, o), (_, a) in zip(outs, _outputs(filled) or []))
+
+    def differ(x: Any, y: Any) -> bool:
+        return not all(_close(o, a) for (_, o), (_, a) in zip(_outputs(x) or [], _outputs(y) or []))
+
+    # random: two seeds give other values, also with filled memory (else the difference was garbage memory)
+    seeded = differ(out, again) and (filled is None or filled_again is None or differ(filled, filled_again))
+    uninitialised = not seeded and (differ(out, again) or filled is not None and differ(out, filled))
+    random_ = seeded or uninitialised  # its values cannot be compared place for place
     nonfinite = not random_ and any(o.is_floating_point() and not bool(torch.isfinite(o).all()) for _, o in outs)
     facts = SampleFacts(index, signature(sample), [list(t.shape) for t in ts], [DTYPE_NAMES[t.dtype] for t in ts],
                         [i for i, _ in outs], [DTYPE_NAMES[o.dtype] for _, o in outs], aten=aten,
-                        nonfinite=nonfinite, random=random_,
+                        nonfinite=nonfinite, random=seeded, uninitialised=uninitialised,
                         inplace=[i for i, t in enumerate(first) if t._version != versions[i]])
     if op.supports_autograd and dtype in FLOATS:
         facts.grad_inputs = _grad_inputs(op, sample, ts)
@@ -503,7 +511,8 @@ def entry(p: Planned) -> Dict[str, Any]:
         "op": p.key, "dtype": p.dtype, "sample": f.index, "sig": f.sig, "shapes": f.shapes, "dtypes": f.dtypes,
         "placements": [list(x) for x in p.placements], "kind": p.kind, "outputs": f.outputs,
         "out_dtypes": f.out_dtypes, "grad_inputs": f.grad_inputs if p.grad else [], "aten": f.aten,
-        "nonfinite": f.nonfinite, "random": f.random, "inplace": [0] if p.variant == "inplace" else f.inplace,
+        "nonfinite": f.nonfinite, "random": f.random, "uninitialised": f.uninitialised,
+        "inplace": [0] if p.variant == "inplace" else f.inplace,
         "variant": p.variant, "weak": f.weak,
     }
 
