@@ -21,6 +21,7 @@ Examples::
     python -m meshtest triage dist/test --write-signatures              # pin the marked cases' wrong values
     python -m meshtest shrink FILE::CASE                                # a failing generated case made minimal
     python -m meshtest repro FILE::CASE                                 # a standalone torchrun script of a case
+    python -m meshtest dispatch-map cases/torch/shardops [--check]      # which rule module each case reaches
 """
 from __future__ import annotations
 
@@ -98,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--record-ops", action="store_true",
                    help="record each case's sharding-rule calls into ops<k>.jsonl beside the rank logs "
                         "(merged by `coverage-ops --from DIR`)")
+    r.add_argument("--record-dispatch", action="store_true",
+                   help="record which module served each operator a case dispatched into dispatch<k>.jsonl "
+                        "beside the rank logs (the dispatch map: `dispatch-map DIR` records and writes it)")
     r.add_argument("--mutant", default="", metavar="OPERATOR:FAULT",
                    help="run with one mutant of the platform's sharding rules active (see `mutate`), e.g. "
                         "aten.mm.default:partial_as_replicate")
@@ -227,6 +231,15 @@ def _strength_parsers(sub) -> None:
     k = sub.add_parser("shrink", help="shrink failing generated cases to minimal ones that fail the same way")
     k.add_argument("specs", nargs="+", metavar="FILE::CASE")
     k.add_argument("--out", default="", metavar="PATH", help="also write the original and minimal entries as JSON")
+    d = sub.add_parser("dispatch-map", help="record which rule module served each operator the cases of a "
+                                            "directory dispatch, into DIR/dispatch_map.json (docs/running.md, "
+                                            "'Only the affected ops')")
+    d.add_argument("directory", metavar="DIR")
+    d.add_argument("--library", action="append", default=[], metavar="NAMESPACE",
+                   help="an operator namespace the map tracks (default: the committed map's)")
+    d.add_argument("--lane", choices=("local", "ranks"), default="local")
+    d.add_argument("--check", action="store_true", help="write nothing; exit 1 when the committed map differs")
+    d.add_argument("--slot-dir", default="", help="the device-slot pool's lock directory (as for `run`)")
 
 
 def _strength_args(p: argparse.ArgumentParser) -> None:
@@ -278,7 +291,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                       collective_checks=args.collective_checks, lane=args.lane,
                       local_processes=args.local_processes, pack=args.pack,
                       durations_from=tuple(args.durations_from), record_ops=args.record_ops, mutant=args.mutant,
-                      executor=args.executor,
+                      executor=args.executor, record_dispatch=args.record_dispatch,
                       keyword=args.keyword, last_failed=args.last_failed, cache_dir=args.cache_dir,
                       verbosity=min(1, args.verbose) if args.verbose > args.quiet else -min(1, args.quiet),
                       slowest=args.durations)
@@ -382,7 +395,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in ("run", "scan", "count", "list", "ids", "coverage", "coverage-ops", "mutate", "progress",
-                                "executor", "generate", "triage", "shrink", "repro", "-h", "--help"):
+                                "executor", "generate", "triage", "shrink", "repro", "dispatch-map", "-h", "--help"):
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
     try:
@@ -431,6 +444,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .repro import cmd_repro
 
         return _bad_input_exits_2(lambda: cmd_repro(args.spec, args.out))
+    if args.command == "dispatch-map":
+        from .parent.dispatch_record import record
+
+        return _bad_input_exits_2(lambda: record(args.directory.rstrip("/"), args.library, args.lane, args.check,
+                                                 slot_dir=args.slot_dir))
     if args.command == "shrink":
         from .strength.shrink import cmd_shrink  # pants: no-infer-dep (torch's; one target holds the package)
 

@@ -36,7 +36,7 @@ from .model.scan import ScannedCase
 from .status import Status
 
 #: Version of the launch plan format. Bump it whenever a contract type changes shape.
-PLAN_VERSION = 9
+PLAN_VERSION = 10
 
 #: Environment variable telling a rank the node it runs on (``<index>:<node id>``), set by an
 #: executor that places a launch across a cluster's nodes (:mod:`meshtest.parent.ray_executor`).
@@ -145,6 +145,11 @@ class LaunchPlan:
     :ivar record_ops: record each case's sharding-rule calls (``ShardBackend.record_calls``)
         into ``ops<k>.jsonl`` (rank 0 of a launch, or each local-lane worker ``k``): one line
         ``{"case", "file", "calls": [...]}`` per case (sharding-rule coverage, ``docs/strength.md``).
+    :ivar record_dispatch: record which module served each operator a case dispatched
+        (``ShardBackend.record_dispatch``) into ``dispatch<k>.jsonl`` (every rank): one line
+        ``{"case", "file", "served": {operator: module}}`` per case (the dispatch map,
+        :mod:`meshtest.model.dispatch_map`). A case beside a ``dispatch_map.json`` is recorded
+        and checked against it whether or not this is set.
     :ivar mutant: ``"operator:fault"``: the ranks activate this mutant of the platform's sharding
         rules (``ShardBackend.activate_mutant``) before the first case; ``""``: none.
     """
@@ -165,6 +170,7 @@ class LaunchPlan:
     workers: int = 1
     record_ops: bool = False
     mutant: str = ""
+    record_dispatch: bool = False
     version: int = PLAN_VERSION
 
     def to_json(self) -> Dict[str, Any]:

@@ -16,7 +16,7 @@ from meshtest.model.scan import scan_case_file, scan_case_source
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__))))
 CORPUS = ("cases/torch/*.py", "cases/torch/tp/case_*.py", "cases/torch/training/case_*.py", "cases/mindspore/case_*.py",
-          "cases/torch/opinfo/case_*.py")
+          "cases/torch/opinfo/case_*.py", "cases/torch/shardops/case_*.py")
 
 
 def _marked():

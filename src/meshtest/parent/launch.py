@@ -339,7 +339,7 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
            lease: SlotLease, fail_fast: bool = False, collective_checks: bool = False,
            cases_dir: str, master_port: Optional[int] = None, header: str = "",
            on_poll: Optional[Callable[[RankWatcher], None]] = None, record_ops: bool = False,
-           mutant: str = "", executor: str = "local") -> LaunchResult:
+           mutant: str = "", executor: str = "local", record_dispatch: bool = False) -> LaunchResult:
     """Run ``group`` as one launch on the first ``group.processes`` slots of ``lease``, watching it.
 
     The lease's lock files are inherited by the launch (``pass_fds``), so its slots stay held as
@@ -353,6 +353,7 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
     :param on_poll: called with the :class:`RankWatcher` after each poll (progress reporting).
     :param record_ops: :attr:`meshtest.contract.LaunchPlan.record_ops`.
     :param mutant: :attr:`meshtest.contract.LaunchPlan.mutant`.
+    :param record_dispatch: :attr:`meshtest.contract.LaunchPlan.record_dispatch`.
     :param executor: where the launch runs (:mod:`meshtest.parent.executor`): ``local`` (a child
         process of this one, on the lease's slots) or a Ray cluster (the launch is placed on its
         nodes; the lease only bounds this runner's launches in flight).
@@ -368,7 +369,8 @@ def launch(group: Group, *, platform: str, device_kind: str, case_timeout_s: flo
                mesh_dim_names=group.mesh_dim_names, out_dir=os.path.abspath(out_dir), case_timeout_s=case_timeout_s,
                cases=group.cases, slots=slot_ids, fail_fast=fail_fast,
                collective_checks=collective_checks, cases_dir=os.path.abspath(cases_dir),
-               lane=group.lane, workers=group.workers, record_ops=record_ops, mutant=mutant).write(plan_path)
+               lane=group.lane, workers=group.workers, record_ops=record_ops, mutant=mutant,
+               record_dispatch=record_dispatch).write(plan_path)
     kind = backend_info(platform).launcher
     msrun_logs = os.path.join(out_dir, "msrun")
     start = rank_start(platform, device_kind)

@@ -54,6 +54,9 @@ class RunOptions:
     durations_from: Tuple[str, ...] = ()
     #: record each case's sharding-rule calls (:attr:`meshtest.contract.LaunchPlan.record_ops`)
     record_ops: bool = False
+    #: record which module served each operator a case dispatched
+    #: (:attr:`meshtest.contract.LaunchPlan.record_dispatch`)
+    record_dispatch: bool = False
     #: ``"operator:fault"`` activated in every launch (:attr:`meshtest.contract.LaunchPlan.mutant`)
     mutant: str = ""
     #: when not empty: of the selected cases, only those with these exact names run

@@ -123,7 +123,7 @@ def run_group(group: Group, opts: RunOptions, out_dir: str, lease: SlotLease,
                      cases_dir=cases_dir(opts),
                      collective_checks=opts.collective_checks == "on", master_port=port, header=header,
                      on_poll=_poller(on_progress, len(found), on_watch, sub_dir), record_ops=opts.record_ops,
-                     mutant=opts.mutant, executor=opts.executor or "local")
+                     mutant=opts.mutant, executor=opts.executor or "local", record_dispatch=opts.record_dispatch)
         _audit_launch(lease, group, sub_dir, res=res)
         decision = relaunch.decide([c.id for c in remaining], _facts(res, group), clashes)
         if decision.retry_rendezvous:

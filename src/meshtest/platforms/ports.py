@@ -475,6 +475,16 @@ class StrengthPort:
         """
         raise NotImplementedError(f"platform {self.platform!r} cannot record sharding-rule calls")
 
+    def record_dispatch(self) -> Any:
+        """A context manager recording, while it is entered, each operator the sharding rules see
+        and the module that served it; entering returns an object whose ``served`` is
+        ``{operator: module}`` (``"torch"`` for the platform's own rules, ``"none"`` where no rule
+        served it): the dispatch map (:mod:`meshtest.model.dispatch_map`).
+
+        :raises NotImplementedError: the platform cannot tell (default).
+        """
+        raise NotImplementedError(f"platform {self.platform!r} cannot record which module served an operator")
+
     def faults(self) -> Dict[str, str]:
         """The fault operators of mutation mode, name → what the fault does (default: none)."""
         return {}

@@ -48,7 +48,7 @@ from ..contract import (
     event_to_json,
 )
 from ..errors import CaseFileError, MeshtestError
-from ..model import rules
+from ..model import dispatch_map, rules
 from ..model.known import judge, marks_a_later_phase
 from ..model.registry import BrokenCase, Registry, check_against_scan, load_case_file
 from ..model.scan import ScannedCase, case_id, scan_case_file
@@ -186,9 +186,11 @@ def run_one(case: Any, sc: ScannedCase, plan: LaunchPlan, rank: int, backend: Sh
             clock.step(step)
             out.emit(StepEntered(sc.id, step))
 
-        with _recording(plan, sc, backend, rank, simulated), CaseClock(timeout_s, backend.library_paths()) as clock:
+        with _recording(plan, sc, backend, rank, simulated), _dispatching(plan, sc, backend, rank) as seen, \
+                CaseClock(timeout_s, backend.library_paths()) as clock:
             clock.step("build")
             result = dispatch.run(case, backend, mesh, on_step, phase, files)
+        result = result if plan.record_dispatch else against_dispatch_map(result, sc, seen)
         changes = state_changes(before, backend.global_state())
         if changes:
             backend.restore_global_state(before)
@@ -220,6 +222,70 @@ def _recording(plan: LaunchPlan, sc: ScannedCase, backend: ShardBackend, rank: i
         finally:
             with open(os.path.join(plan.out_dir, f"ops{rank}.jsonl"), "a", encoding="utf-8") as f:
                 f.write(json.dumps({"case": sc.name, "file": sc.file, "calls": recorder.calls}, default=str) + "\n")
+
+
+#: case file → (its dispatch map, the map's path, why it cannot be read): read once per process
+_MAPS: Dict[str, Tuple[Optional[Dict[str, Any]], str, str]] = {}
+
+
+def _covering_map(case_file: str) -> Optional[Tuple[Optional[Dict[str, Any]], str, str]]:
+    """The dispatch map beside ``case_file`` as ``(map, path, "")``, ``(None, path, why)`` when it
+    cannot be read, or ``None`` when there is none."""
+    path = dispatch_map.map_path(case_file)
+    if path not in _MAPS:
+        if not os.path.isfile(path):
+            return None
+        try:
+            _MAPS[path] = (dispatch_map.read(path), path, "")
+        except dispatch_map.DispatchMapError as e:
+            _MAPS[path] = (None, path, str(e))
+    return _MAPS[path]
+
+
+@contextlib.contextmanager
+def _dispatching(plan: LaunchPlan, sc: ScannedCase, backend: ShardBackend, rank: int):
+    """For a case beside a dispatch map, or with ``plan.record_dispatch``: record which module
+    served each operator it dispatches (yields the recorder; ``None``: not recorded; a
+    ``NotImplementedError``: the platform cannot tell); with ``plan.record_dispatch``, append
+    ``{"case", "file", "served"}`` to ``dispatch<rank>.jsonl``."""
+    if not plan.record_dispatch and _covering_map(sc.file) is None:
+        yield None
+        return
+    try:
+        recorder = backend.record_dispatch()
+    except NotImplementedError as e:
+        yield NotImplementedError(str(e))
+        return
+    with recorder:
+        try:
+            yield recorder
+        finally:
+            if plan.record_dispatch:
+                with open(os.path.join(plan.out_dir, f"dispatch{rank}.jsonl"), "a", encoding="utf-8") as f:
+                    f.write(json.dumps({"case": sc.name, "file": sc.file, "served": recorder.served}) + "\n")
+
+
+def against_dispatch_map(result: pipeline.StepResult, sc: ScannedCase, seen: Any) -> pipeline.StepResult:
+    """``result``, or ``fail`` at step ``dispatch-map`` when the case's file has a dispatch map
+    and what the case dispatched is not what it lists (:func:`meshtest.model.dispatch_map.check`),
+    the map cannot be read, or the platform cannot record dispatches; the case's own failure, if
+    any, follows in the message. A known failure cannot hide it (its step is another). Not
+    applied while the map is being recorded (``plan.record_dispatch``)."""
+    covered = _covering_map(sc.file)
+    if covered is None:
+        return result
+    doc, path, why = covered
+    if why:
+        problem = why
+    elif isinstance(seen, NotImplementedError):
+        problem = f"the case's file has a dispatch map ({path}) but {seen}"
+    else:
+        problem = dispatch_map.check(doc, path, sc.file, sc.name, seen.served)
+    if not problem:
+        return result
+    if result.status is not Status.PASS:
+        problem += f"\nbefore that, the case itself: {result.status} at step {result.step}: {result.error}"
+    return pipeline.StepResult(Status.FAIL, "dispatch-map", problem, result.notes)
 
 
 def fence_timeout_s(case: Any, status: Status, plan: LaunchPlan) -> float:

@@ -1,6 +1,6 @@
 """Wiring of the meshtest Pants plugin (enabled in pants.toml as `meshtest_pants`)."""
 
-from meshtest_pants import generate_targets, meshtest_test_runner
+from meshtest_pants import dispatch_deps, generate_targets, meshtest_test_runner
 from meshtest_pants.subsystem import MeshtestSubsystem
 from meshtest_pants.target_types import MeshtestCaseFileTarget, MeshtestCasesGeneratorTarget
 
@@ -11,6 +11,7 @@ def target_types():
 
 def rules():
     return [
+        *dispatch_deps.rules(),
         *generate_targets.rules(),
         *meshtest_test_runner.rules(),
         *MeshtestSubsystem.rules(),

@@ -221,6 +221,12 @@ class TorchBackend(ShardBackend):
 
         return rules.CallRecorder()
 
+    def record_dispatch(self) -> Any:
+        """:class:`meshtest.platforms.torch.dispatch.DispatchRecorder`."""
+        from .dispatch import DispatchRecorder
+
+        return DispatchRecorder()
+
     def faults(self) -> Dict[str, str]:
         from . import rules
 
