@@ -136,3 +136,31 @@ def text(doc: Mapping[str, Any]) -> str:
     lines = [f"{json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(doc["cases"].items())]
     head = {k: doc[k] for k in ("format", "written_by", "libraries")}
     return (json.dumps(head, sort_keys=False)[:-1] + ', "cases": {\n' + ",\n".join(lines) + "\n}}\n")
+
+
+def module_of(path: str, roots: Iterable[str] = ("src",)) -> Optional[str]:
+    """The dotted module a repository path holds under one of the source ``roots``
+    (``src/shardops/sharding/col_sum.py`` → ``shardops.sharding.col_sum``), or ``None``."""
+    norm = path.replace(os.sep, "/")
+    for root in roots:
+        prefix = root.rstrip("/") + "/"
+        if norm.startswith(prefix) and norm.endswith(".py"):
+            parts = norm[len(prefix):-3].split("/")
+            return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return None
+
+
+def affected_cases(maps: Mapping[str, Mapping[str, Any]], changed: Iterable[str]) -> Optional[List[str]]:
+    """The case names whose map entries list a module of ``changed`` (repository paths), sorted;
+    ``None`` when some changed path is not a rule module any map lists (then the change must be
+    judged at file granularity: a case file, the library's operators, meshtest itself...).
+    ``maps``: map path → map."""
+    listed = {m for doc in maps.values() for served in doc["cases"].values() for m in served.values()}
+    modules = []
+    for path in changed:
+        module = module_of(path)
+        if module is None or module not in listed:
+            return None
+        modules.append(module)
+    return sorted({key.split("::", 1)[1] for doc in maps.values() for key, served in doc["cases"].items()
+                   if set(served.values()) & set(modules)})
