@@ -76,3 +76,14 @@ def test_the_committed_map_covers_every_case_of_its_directory():
     assert keys == set(doc["cases"])
     for module in {m for f in files for m in dm.rule_modules(doc, f)}:
         assert os.path.isfile(os.path.join(root, *module.split(".")) + ".py"), module
+
+
+def test_affected_cases_are_those_whose_entries_list_a_changed_rule_module():
+    maps = {"d/dispatch_map.json": MAP}
+    assert dm.module_of("src/shardops/sharding/f.py") == "shardops.sharding.f"
+    assert dm.module_of("src/shardops/__init__.py") == "shardops" and dm.module_of("README.md") is None
+    assert dm.affected_cases(maps, ["src/shardops/sharding/f.py"]) == ["one"]
+    assert dm.affected_cases(maps, ["src/shardops/sharding/g.py", "src/shardops/sharding/f.py"]) == ["one", "three"]
+    # a change that is not a mapped rule module: the selection stays at file granularity
+    assert dm.affected_cases(maps, ["src/shardops/sharding/f.py", "src/shardops/ops.py"]) is None
+    assert dm.affected_cases(maps, ["cases/torch/lib/case_a.py"]) is None
