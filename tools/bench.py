@@ -31,6 +31,10 @@ now and with ``--pack fill`` on 8 NPUs); ``--pants-before REF``, the main job at
 5. ``--pants-before REF``: the main job as README runs it (``./pants --tag=cpu_level0 test
    cases::``, cold: a fresh test-env value per run, pantsd off) in a clone at REF and a clone at
    HEAD, alternated (REF, HEAD, REF, HEAD), with the test processes and launches each started.
+6. ``--per-case [ROOT ...]``: the in-case seconds of each op case (its slowest rank) in the
+   results under ROOT (default ``dist/test``: the main job's and the one-process lane's, as
+   ``.ci/run`` leaves them), by lane and origin (generated or hand-written): count, total, mean,
+   median, 90th percentile.
 """
 from __future__ import annotations
 
@@ -346,6 +350,36 @@ def bench_warm(python: str, rounds: int = 2) -> None:
                       + ", ".join(f"{name} {sec} s" for name, sec in launches))
 
 
+def bench_per_case(roots) -> None:
+    """In-case seconds per op case (each case's slowest rank, ``CaseOutcome.slowest_s``) from
+    the results under ``roots`` (``./pants test`` leaves them in ``dist/test``), by lane (the
+    one-process lane's launch group is ``local``) and by origin (generated from OpInfo, or
+    hand-written): cases, total, mean, median and 90th percentile, in seconds. Run after the
+    main job and the one-process lane (``.ci/run`` runs both)."""
+    import statistics
+
+    from meshtest.report.lane_diff import LOCAL_GROUP
+    from meshtest.report.results import read_results, results_files
+
+    rows: dict = {}
+    for path in results_files(roots):
+        for o in read_results(path):
+            if o.kind != "op" or o.slowest_s <= 0:
+                continue
+            lane = "one-process lane" if o.group == LOCAL_GROUP else "real ranks"
+            origin = "generated" if "/opinfo/" in o.file.replace(os.sep, "/") else "hand-written"
+            rows.setdefault((lane, origin), {})[f"{o.file}::{o.case}"] = o.slowest_s  # newest result per case
+    print(f"== in-case seconds per op case (slowest rank), from {', '.join(roots)}")
+    print(f"  {'lane':18} {'origin':13} {'cases':>6} {'total s':>8} {'mean s':>8} {'median s':>9} {'p90 s':>7}")
+    for (lane, origin), by_case in sorted(rows.items()):
+        xs = sorted(by_case.values())
+        p90 = xs[min(len(xs) - 1, int(0.9 * len(xs)))]
+        print(f"  {lane:18} {origin:13} {len(xs):6d} {sum(xs):8.1f} {statistics.mean(xs):8.3f} "
+              f"{statistics.median(xs):9.3f} {p90:7.3f}")
+    if not rows:
+        print("  no op case results (run the main job and the one-process lane first)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-suite", action="store_true")
@@ -366,7 +400,13 @@ def main() -> int:
                     help="the one-process lane vs the real lane, and a one-op selection (needs --python)")
     ap.add_argument("--warm", action="store_true",
                     help="the warm launcher vs a new interpreter per launch (needs --python); only that runs")
+    ap.add_argument("--per-case", nargs="*", metavar="ROOT", default=None,
+                    help="in-case seconds per op case by lane and origin, from results under ROOT "
+                         "(default dist/test); only that runs")
     args = ap.parse_args()
+    if args.per_case is not None:
+        bench_per_case(args.per_case or [os.path.join(ROOT, "dist", "test")])
+        return 0
     if args.warm:
         if not args.python:
             ap.error("--warm needs --python: an interpreter with torch installed")
