@@ -28,3 +28,22 @@ def test_classes_totals_and_the_opinfos_without_a_passing_case(tmp_path, capsys)
     # dropout (random) and conv (every case marked) have no case expected to pass; new_empty has one
     assert "OpInfos with no case expected to pass: 2 of 5 (1 random): conv, dropout (random)" in out
     assert "weak cases (a degenerate reference no other drawn sample could replace): 1 in 1 OpInfos" in out
+
+
+def test_the_figures_docs_strength_quotes_are_the_committed_manifests():
+    """docs/strength.md's ``known_classes`` block is ``known_classes.py --doc`` on the committed
+    manifests, word for word: a hand edit of a figure, or a regeneration without the page, fails."""
+    import os
+    import re
+
+    import meshtest
+    from meshtest.model.generated import OPINFO_DIR
+    from meshtest.strength.classes import count, doc_sentence
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(meshtest.__file__))))
+    with open(os.path.join(repo, "docs", "strength.md"), encoding="utf-8") as f:
+        page = f.read()
+    found = re.search(r"<!-- known_classes: [^>]*-->\n(.*?)\n<!-- /known_classes -->", page, re.S)
+    assert found, "docs/strength.md lost its known_classes block"
+    assert " ".join(found.group(1).split()) == doc_sentence(count(os.path.join(repo, OPINFO_DIR))), (
+        "docs/strength.md's figures differ from the committed manifests: paste `python3 tools/known_classes.py --doc`")
