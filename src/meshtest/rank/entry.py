@@ -224,8 +224,9 @@ def _recording(plan: LaunchPlan, sc: ScannedCase, backend: ShardBackend, rank: i
                 f.write(json.dumps({"case": sc.name, "file": sc.file, "calls": recorder.calls}, default=str) + "\n")
 
 
-#: case file → (its dispatch map, the map's path, why it cannot be read): read once per process
-_MAPS: Dict[str, Tuple[Optional[Dict[str, Any]], str, str]] = {}
+#: map path → (its dispatch map, the path, why it cannot be read), or ``None`` where there is no
+#: map: looked up once per process, not once per case
+_MAPS: Dict[str, Optional[Tuple[Optional[Dict[str, Any]], str, str]]] = {}
 
 
 def _covering_map(case_file: str) -> Optional[Tuple[Optional[Dict[str, Any]], str, str]]:
@@ -234,11 +235,12 @@ def _covering_map(case_file: str) -> Optional[Tuple[Optional[Dict[str, Any]], st
     path = dispatch_map.map_path(case_file)
     if path not in _MAPS:
         if not os.path.isfile(path):
-            return None
-        try:
-            _MAPS[path] = (dispatch_map.read(path), path, "")
-        except dispatch_map.DispatchMapError as e:
-            _MAPS[path] = (None, path, str(e))
+            _MAPS[path] = None
+        else:
+            try:
+                _MAPS[path] = (dispatch_map.read(path), path, "")
+            except dispatch_map.DispatchMapError as e:
+                _MAPS[path] = (None, path, str(e))
     return _MAPS[path]
 
 
