@@ -125,6 +125,14 @@ def rank_main(port_fd: int, port_write_fd: int, *entry_args: str) -> None:
     entry.die_with_parent()  # before waiting on the launcher: never outlive it
     os.close(port_write_fd)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the launcher's handler is not the rank's
+    # Nor are torch's (PContext.start installs them in the launcher before it forks): they raise
+    # SignalException in Python, which a rank blocked in a gloo collective never runs, so a SIGTERM
+    # from the launcher (a peer failed) was waited out for 30 s until its SIGKILL. A rank started by
+    # torchrun is a fresh Python: default actions (SIGINT: KeyboardInterrupt); entry.run's
+    # faulthandler chains to SIGTERM's.
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if EXITS is not None:
         EXITS.announce(int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")))
     record = os.read(port_fd, _PORT_RECORD)
