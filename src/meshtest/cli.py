@@ -22,6 +22,7 @@ Examples::
     python -m meshtest shrink FILE::CASE                                # a failing generated case made minimal
     python -m meshtest repro FILE::CASE                                 # a standalone torchrun script of a case
     python -m meshtest dispatch-map cases/torch/shardops [--check]      # which rule module each case reaches
+    python -m meshtest figures --add DIR/figures.json NAME [--check]    # docs/strength.md's figures from artifacts
 """
 from __future__ import annotations
 
@@ -191,6 +192,12 @@ def _strength_parsers(sub) -> None:
                         "cases/torch/strength/cpu_level0_ops.json")
     o.add_argument("--write-baseline", action="store_true", help="store the result as the baseline")
     o.add_argument("--all", action="store_true", help="list every uncovered operator")
+    fg = sub.add_parser("figures", help="copy the figures.json of a mutate or coverage-ops run to "
+                                        "docs/figures/NAME.json and rewrite the docs/strength.md blocks that quote it")
+    fg.add_argument("--add", nargs=2, action="append", default=[], metavar=("ARTIFACT", "NAME"),
+                    help="copy ARTIFACT (DIR/figures.json of mutate or coverage-ops) to docs/figures/NAME.json")
+    fg.add_argument("--check", action="store_true",
+                    help="only compare the blocks with their files; exit 1 naming each that differs")
     m = sub.add_parser("mutate", help="mutation mode: seeded faults in the sharding rules, one at a time; prints "
                                       "the kill matrix and the score per gate")
     _strength_args(m)
@@ -395,7 +402,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in ("run", "scan", "count", "list", "ids", "coverage", "coverage-ops", "mutate", "progress",
-                                "executor", "generate", "triage", "shrink", "repro", "dispatch-map", "-h", "--help"):
+                                "executor", "generate", "triage", "shrink", "repro", "dispatch-map", "figures", "-h",
+                                "--help"):
         argv.insert(0, "run")
     args = _parser().parse_args(argv)
     try:
@@ -420,6 +428,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _cmd_run(args)
     if args.command in ("coverage-ops", "mutate"):
         return _cmd_strength(args)
+    if args.command == "figures":
+        from .strength.figures import cmd_figures
+
+        return cmd_figures(args.add, args.check)
     if args.command == "generate":
         from .model.generated import OPINFO_DIR
         from .strength.generate import cmd_generate  # pants: no-infer-dep (torch's; one target holds the package)

@@ -324,6 +324,22 @@ def diff_baseline(old: Mapping[str, Sequence[str]], new: Mapping[str, Sequence[s
     return lost, gained
 
 
+def not_exercised_by_reason(families: Sequence[FamilyCoverage], by_opinfo: Mapping[str, Set[str]],
+                            failing: Mapping[str, Any]) -> Dict[str, List[str]]:
+    """Reason → the registered operators no exercising case reached for it (each counted once,
+    :func:`unexercised_reason`; an operator an OpInfo dispatches on plain tensors only is counted
+    under that), leaving out those in ``failing`` (every case that reaches them fails)."""
+    reasons: Dict[str, List[str]] = {}
+    for f in families:
+        for op in f.uncovered:
+            if op in failing:
+                continue
+            why = unexercised_reason(op, by_opinfo)
+            group = "dispatched on plain tensors by an OpInfo, not reached on DTensors" if op in by_opinfo else why
+            reasons.setdefault(group, []).append(op)
+    return reasons
+
+
 def format_table(families: Sequence[FamilyCoverage], ops: Mapping[str, OpCoverage], show: int = 8,
                  full: bool = False, by_opinfo: Optional[Mapping[str, Set[str]]] = None,
                  failing: Optional[Mapping[str, Mapping[str, int]]] = None) -> List[str]:
@@ -364,14 +380,7 @@ def format_table(families: Sequence[FamilyCoverage], ops: Mapping[str, OpCoverag
         if not full and len(dead) > 4 * show:
             lines.append(f"  … and {len(dead) - 4 * show} more (--all)")
     if by_opinfo is not None:
-        reasons: Dict[str, List[str]] = {}
-        for f in families:
-            for op in f.uncovered:
-                if op in failing:
-                    continue
-                why = unexercised_reason(op, by_opinfo)
-                group = "dispatched on plain tensors by an OpInfo, not reached on DTensors" if op in by_opinfo else why
-                reasons.setdefault(group, []).append(op)
+        reasons = not_exercised_by_reason(families, by_opinfo, failing)
         lines.append(f"not exercised, by reason ({sum(map(len, reasons.values()))} operators, each with one):")
         for why, members in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
             head = members if full else members[:show]

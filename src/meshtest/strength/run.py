@@ -20,7 +20,7 @@ from ..parent.options import RunOptions
 from ..parent.planner import select_cases
 from ..parent.runner import RunResult, run, scan_files
 from ..report.results import read_results, results_files
-from . import coverage, mutate
+from . import coverage, figures, mutate
 
 #: The baseline the project test compares the cpu_level0 coverage with.
 BASELINE = os.path.join("cases", "torch", "strength", "cpu_level0_ops.json")
@@ -97,7 +97,8 @@ def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
         note += f"; {weak_passed} weak (a degenerate reference: passed, exercising nothing)"
     note += f"; {len(kept)} of them passed or reproduced pinned values (the others exercise nothing)"
     ops = coverage.by_operator(kept)
-    families = coverage.by_family(ops, load_backend(platform).sharding_rules())
+    backend = load_backend(platform)
+    families = coverage.by_family(ops, backend.sharding_rules())
     # the reasons for what is not exercised come from torch's OpInfo manifests: torch only
     by_opinfo = coverage.dispatched_by_opinfo(manifests) if platform == "torch" else None
     print("\n".join(coverage.format_table(families, ops, full=full, by_opinfo=by_opinfo, failing=failing)))
@@ -107,7 +108,12 @@ def cmd_coverage(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, 
     how = "python -m meshtest coverage-ops " + (f"--from {' --from '.join(from_dirs)}" if from_dirs
                                                   else f"--tag {' --tag '.join(tags) or '(none)'}")
     coverage.write_baseline(os.path.join(artifacts_dir, "ops-coverage.json"), current, how)
-    print(f"meshtest: {note}; {time.monotonic() - t0:.1f}s; table in {artifacts_dir}/ops-coverage.html")
+    reasons = coverage.not_exercised_by_reason(families, by_opinfo, failing) if by_opinfo is not None else {}
+    figures.write(os.path.join(artifacts_dir, figures.ARTIFACT), figures.coverage_figures(
+        families, failing, {why: len(ops_) for why, ops_ in reasons.items()}, how=how, build=backend.build_info(),
+        cases=len(calls), exercising=len(kept), dispatched=len(ops)))
+    print(f"meshtest: {note}; {time.monotonic() - t0:.1f}s; table in {artifacts_dir}/ops-coverage.html, "
+          f"figures in {artifacts_dir}/{figures.ARTIFACT}")
     if write:
         coverage.write_baseline(baseline or BASELINE, current, how)
         print(f"meshtest: baseline written to {baseline or BASELINE}")
@@ -214,9 +220,13 @@ def cmd_mutate(files: Sequence[str], tags: Sequence[str], artifacts_dir: str, pl
     print("\n".join(mutate.format_grid(todo, chosen)))
     print("\n".join(mutate.format_by_origin(by_fault, known)))
     how = (f"python -m meshtest mutate --tag {' --tag '.join(tags) or '(none)'}"
-           + (" --first-kill" if first_kill else ""))
+           + (" --first-kill" if first_kill else "") + "".join(f" --fault {f}" for f in faults)
+           + "".join(f" --op '{p}'" for p in op_patterns))
     mutate.write_json(os.path.join(artifacts_dir, "mutation.json"), todo, gate_scores, wall, how)
-    print(f"meshtest: kill matrix in {artifacts_dir}/mutation.json")
+    figures.write(os.path.join(artifacts_dir, figures.ARTIFACT), figures.mutation_figures(
+        todo, gate_scores, by_fault, how=how, wall_s=wall, build=backend.build_info(), selected=len(local),
+        run_under=len(needed), left_out=left))
+    print(f"meshtest: kill matrix in {artifacts_dir}/mutation.json, figures in {artifacts_dir}/{figures.ARTIFACT}")
     return 0
 
 
