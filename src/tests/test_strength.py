@@ -57,6 +57,17 @@ def test_families_list_uncovered_operators_and_dispatches_without_a_rule():
     assert "uncovered kinds: in0: S(0) S(1) P(sum); uneven" in text
 
 
+def test_list_operators_are_a_family_of_their_own_whatever_module_registers_them():
+    ops = coverage.by_operator({"f::a": [_call("aten._foreach_add.List", [((4,), ("S(0)",))])]})
+    rules = {"aten._foreach_add.List": "pointwise", "aten._fused_adam_.default": "pointwise",
+             "aten.add.Tensor": "pointwise", "aten._foreach_norm.Scalar": "math"}
+    fams = {f.family: f for f in coverage.by_family(ops, rules)}
+    assert fams[coverage.LIST_OPS].registered == ["aten._foreach_add.List", "aten._foreach_norm.Scalar",
+                                                   "aten._fused_adam_.default"]
+    assert fams[coverage.LIST_OPS].covered == ["aten._foreach_add.List"]
+    assert fams["pointwise"].registered == ["aten.add.Tensor"] and "math" not in fams
+
+
 def test_only_a_pass_or_a_pinned_known_failure_exercises_an_operator():
     """An operator counts as exercised only through a case that passed or reproduced a known
     failure that pins its values; one reached only by failing cases is listed with their classes

@@ -121,6 +121,11 @@ def test_mutate_kills_mutants_with_the_cases_that_catch_them(tmp_path):
     assert len(par["cases"]) == 6
     assert doc["scores"]["cpu_level0"] == {"killed": 2, "proven": 2}
     assert "mutation score cpu_level0: 2/2 = 100.0 %" in r.stdout
+    # the figures artifact says the same, with the command that reproduces it
+    fig = json.loads((out / "figures.json").read_text())
+    assert fig["states"] == {"killed": 2} and fig["scores"] == doc["scores"] and fig["survivors"] == []
+    assert fig["made_by"].endswith("--fault partial_as_replicate --fault wrong_shard_dim --op 'aten.mm.default'")
+    assert fig["cases"]["run_under_mutants"] == 6 and fig["build"]["torch"].startswith("2.")
 
 
 @nightly  # a mutation run (a long suite: its own command, docs/strength.md)
@@ -174,3 +179,5 @@ def test_cpu_level0_sharding_rule_coverage_equals_its_baseline(tmp_path):
     assert r.returncode == 0, diff[-4000:] + r.stderr[-2000:]
     assert "coverage equals the baseline" in r.stdout
     assert "<table id=\"families\">" in (tmp_path / "c" / "ops-coverage.html").read_text()
+    fig = json.loads((tmp_path / "c" / "figures.json").read_text())
+    assert f"{fig['exercised']} of {fig['registered']} registered operators exercised" in r.stdout

@@ -251,11 +251,25 @@ class FamilyCoverage:
         return [op for op in self.registered if op not in done]
 
 
+#: The family of the list operators (``aten._foreach_*``, ``aten._fused_*``: what an optimizer's
+#: ``foreach``/``fused`` step dispatches), counted in a row of their own whatever module registers them.
+LIST_OPS = "list ops (foreach, fused)"
+
+
+def family_of(op: str, registered_family: str) -> str:
+    """``op``'s family in the coverage table: :data:`LIST_OPS` for a list operator, else the
+    family its rule's module gives (``registered_family``)."""
+    name = op.split(".", 1)[-1]
+    return LIST_OPS if name.startswith(("_foreach_", "_fused_")) else registered_family
+
+
 def by_family(ops: Mapping[str, OpCoverage], rules: Mapping[str, str]) -> List[FamilyCoverage]:
-    """Registered operators (``rules``: op → family) grouped by family, with the exercised ones;
-    a family ``(no rule)`` lists operators the corpus dispatched that have no registered rule."""
+    """Registered operators (``rules``: op → family) grouped by family (:func:`family_of`), with
+    the exercised ones; a family ``(no rule)`` lists operators the corpus dispatched that have no
+    registered rule."""
     fams: Dict[str, FamilyCoverage] = {}
-    for op, fam in sorted(rules.items()):
+    for op, registered in sorted(rules.items()):
+        fam = family_of(op, registered)
         f = fams.setdefault(fam, FamilyCoverage(fam, [], []))
         f.registered.append(op)
         if op in ops:
