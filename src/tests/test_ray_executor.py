@@ -91,6 +91,9 @@ def test_a_rank_that_dies_on_node_1_is_named_with_its_node(tmp_path, cluster):
     # SIGKILLed after torch's 30 s grace: torch then logs "Unable to shutdown process")
     log = (out / "ranks" / "w8-solo-nodes_rank5_dies" / "launcher.log").read_text()
     assert "Unable to shutdown process" not in log, log[-3000:]
+    started = [json.loads(line)["t"] for line in (out / "ranks" / "w8-solo-nodes_rank5_dies" / "rank5.jsonl")
+               .read_text().splitlines() if json.loads(line)["event"] == "start"]
+    assert time.time() - started[0] < 25, "the launch outlived rank 5 by torch's 30 s SIGTERM grace"
     assert wait_until_free({SLOT_RESOURCE: 8})[SLOT_RESOURCE] == 8
 
 

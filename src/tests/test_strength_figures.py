@@ -108,9 +108,39 @@ def test_add_copies_an_artifact_and_refuses_one_that_is_not_figures(tmp_path, ca
     assert figures.cmd_figures(add=[(str(art), "n")], root=str(root)) == 0
     assert json.loads((root / "docs" / "figures" / "n.json").read_text())["kind"] == "mutation"
     assert figures.cmd_figures(only_check=True, root=str(root)) == 0
+    kept = (root / "docs" / "figures" / "n.json").read_text()
     art.write_text('{"cases": 1}')
     assert figures.cmd_figures(add=[(str(art), "n")], root=str(root)) == 2
     assert "a figures file has 'kind' and 'made_by'" in capsys.readouterr().err
+    # a file with kind and made_by that cannot be rendered is refused before anything is copied
+    art.write_text('{"kind": "mutation", "made_by": "x"}')
+    assert figures.cmd_figures(add=[(str(art), "n")], root=str(root)) == 2
+    assert "without the field" in capsys.readouterr().err
+    assert (root / "docs" / "figures" / "n.json").read_text() == kept
+    for bad in ("../escaped", "sub/x", "a b"):
+        assert figures.cmd_figures(add=[(str(root / "docs" / "figures" / "m.json"), bad)], root=str(root)) == 2
+        assert "letters, digits" in capsys.readouterr().err
+    assert not (root / "docs" / "escaped.json").exists() and not (root / "docs" / "figures" / "a b.json").exists()
+    assert figures.cmd_figures(add=[(str(art), "n")], only_check=True, root=str(root)) == 2
+    assert figures.cmd_figures(add=[(str(tmp_path / "missing.json"), "n")], root=str(root)) == 2
+    assert "not a readable figures file" in capsys.readouterr().err
+
+
+def test_a_block_without_its_end_marker_rewrites_nothing(tmp_path, capsys):
+    page = "<!-- figures: m -->\nold\n\nprose that must stay\n<!-- figures: m -->\nx\n<!-- /figures -->\n"
+    root = _site(tmp_path, page)
+    assert figures.cmd_figures(root=str(root)) == 2
+    assert "have no <!-- /figures --> line" in capsys.readouterr().err
+    assert (root / "docs" / "strength.md").read_text() == page
+    assert figures.cmd_figures(only_check=True, root=str(root)) == 2
+    assert any("have no <!-- /figures --> line" in p for p in figures.check(str(root)))
+
+
+def test_outside_the_repository_the_command_says_where_to_run_it(tmp_path, capsys):
+    assert figures.cmd_figures(only_check=True, root=str(tmp_path)) == 2
+    assert "run from the repository root" in capsys.readouterr().err
+    assert figures.cmd_figures(add=[(str(tmp_path / "x.json"), "x")], root=str(tmp_path)) == 2
+    assert not (tmp_path / "docs").exists()
 
 
 def test_docs_strength_quotes_its_figures_files_word_for_word():

@@ -1,9 +1,9 @@
 """Layer 2 of the training quality net, the optimizer step on distributed parameters: torch's
 optimizers with their list implementations (``foreach=True``: the ``_foreach_*`` operators;
-``fused=True``: one fused kernel per list, ``_fused_adam_`` / ``_fused_adamw_`` / ``_fused_sgd_``)
-on parameter lists whose DTensors are placed differently, each against the same optimizer and
-implementation stepping the single-device model (loss, gathered gradients, parameters after
-every step, the optimizer state).
+``fused=True``: one fused kernel per list, ``_fused_adam_``, ``_fused_adamw_``, ``_fused_sgd_``,
+``_fused_adagrad_``) on parameter lists whose DTensors are placed differently, each against the
+same optimizer and implementation stepping the single-device model (loss, gathered gradients,
+parameters after every step, the optimizer state).
 
 On CPU torch's optimizers default to the per-tensor loop (``_default_to_fused_or_foreach``
 picks the list implementations for CUDA tensors only), so every other training case's
@@ -15,7 +15,7 @@ optimizer never reaches a list operator; these ask for them by name. The placeme
   ``(Replicate(), Shard(1))``, ``(Shard(0), Shard(0))`` and a replicated bias in one list.
 - FSDP2 per block (2 ranks, the batch split over ``dp``): every parameter ``Shard(0)``.
 
-The optimizers: Adam, AdamW (decoupled weight decay), SGD with momentum (its momentum buffer
+The optimizers: Adam, AdamW (decoupled weight decay), SGD with Nesterov momentum (its momentum buffer
 made on the first step), Adagrad, RMSprop (centered) and Adam with AMSGrad (``max_exp_avg_sq``).
 torch documents ``foreach`` and ``fused`` as implementations of the same update
 (https://pytorch.org/docs/stable/optim.html, "Algorithms"): each case's baseline uses the same

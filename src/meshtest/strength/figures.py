@@ -30,7 +30,12 @@ FIGURES_DIR = os.path.join("docs", "figures")
 PAGES = (os.path.join("docs", "strength.md"),)
 #: The artifact each command writes into its artifacts directory.
 ARTIFACT = "figures.json"
-BLOCK = re.compile(r"(<!-- figures: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(\n<!-- /figures -->)", re.S)
+#: A block: its opening marker, a body holding no other marker, its closing marker.
+BLOCK = re.compile(r"(<!-- figures: (?P<name>[\w.-]+) -->\n)(?P<body>(?:(?!<!-- /?figures).)*?)(\n<!-- /figures -->)",
+                   re.S)
+OPENING = re.compile(r"<!-- figures: ([\w.-]+) -->\n")
+#: A figures file's NAME (``docs/figures/NAME.json``, quoted as ``<!-- figures: NAME -->``).
+NAME = re.compile(r"[\w.-]+\Z")
 
 #: An unproven mutant's reason, from the witness's words (meshtest.platforms.torch.witness and
 #: meshtest.strength.mutate): (phrase in its evidence, the class it is counted under). The first
@@ -70,8 +75,12 @@ def mutation_figures(results: Sequence[Any], gate_scores: Mapping[str, Tuple[int
     :param results: its :class:`meshtest.strength.mutate.MutantResult` s (``state``, ``op``,
         ``fault``, ``evidence``, ``mutant``).
     :param gate_scores: gate → (killed, proven); ``by_fault``: fault → origin → (killed, proven).
+    :param how: the command line that made the run (``made_by``).
+    :param wall_s: the run's wall time in seconds (stored rounded to whole seconds).
+    :param build: the platform's build (``ShardBackend.build_info``: torch's version, CPU path).
     :param selected: cases the recorded run ran; ``run_under``: passing cases run under some
         mutant; ``left_out``: selected cases that need real ranks (not run).
+    :param date: ISO date of the run (default: today, local time).
     :returns: a JSON-able dict (``kind`` ``mutation``)."""
     states: Dict[str, int] = {}
     unproven: Dict[str, int] = {}
@@ -103,6 +112,8 @@ def coverage_figures(families: Sequence[Any], failing: Mapping[str, Any], reason
     :param reasons: reason → operators not exercised for it (the others).
     :param cases: cases recorded; ``exercising``: of them, passed or reproduced pinned values;
         ``dispatched``: operators the exercising cases dispatched.
+    :param how: the command line (``made_by``); ``build``: as :func:`mutation_figures`;
+        ``date``: ISO date (default: today, local time).
     :returns: a JSON-able dict (``kind`` ``coverage``)."""
     fams = {f.family: {"registered": len(f.registered), "exercised": len(f.covered)}
             for f in families if f.family != "(no rule)"}
@@ -125,7 +136,15 @@ def _origin_order(origins: Iterable[str]) -> List[str]:
 def render(fig: Mapping[str, Any]) -> str:
     """The Markdown a page quotes for one figures file (the same file, the same text).
 
-    :raises ValueError: an unknown ``kind``."""
+    :raises ValueError: an unknown ``kind``, or a field its kind needs is missing."""
+    try:
+        return _render(fig)
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"a {fig.get('kind')!r} figures file without the field {e} (written by an older "
+                         "meshtest, or by hand?)") from e
+
+
+def _render(fig: Mapping[str, Any]) -> str:
     head = (f"Made by `{fig['made_by']}` on {fig['date']} "
             f"({', '.join(f'{k} {v}' for k, v in sorted(fig['build'].items()))})")
     if fig["kind"] == "mutation":
@@ -164,9 +183,10 @@ def render(fig: Mapping[str, Any]) -> str:
 
 
 def read(path: str) -> Dict[str, Any]:
-    """A figures file.
+    """A figures file, checked by rendering it.
 
-    :raises ValueError: not JSON, or not a dict with ``kind`` and ``made_by``."""
+    :raises ValueError: not readable JSON, not a dict with ``kind`` and ``made_by``, or a file
+        :func:`render` cannot render (each message names ``path``)."""
     try:
         with open(path, encoding="utf-8") as f:
             fig = json.load(f)
@@ -174,21 +194,38 @@ def read(path: str) -> Dict[str, Any]:
         raise ValueError(f"{path}: not a readable figures file: {e}") from e
     if not isinstance(fig, dict) or "kind" not in fig or "made_by" not in fig:
         raise ValueError(f"{path}: a figures file has 'kind' and 'made_by' (written by mutate or coverage-ops)")
+    try:
+        render(fig)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
     return fig
 
 
 def write(path: str, fig: Mapping[str, Any]) -> None:
-    """Write ``fig`` as a figures file (sorted keys, one per line)."""
+    """Write ``fig`` as a figures file (JSON, indented one space, keys in the order given).
+
+    :raises OSError: ``path`` cannot be written."""
     with open(path, "w", encoding="utf-8") as f:
         json.dump(fig, f, indent=1, ensure_ascii=False)
         f.write("\n")
+
+
+def _closed(page: str) -> None:
+    """:raises ValueError: an opening marker of ``page`` has no closing one (see :func:`rewrite`)."""
+    closed = {m.start() for m in BLOCK.finditer(page)}
+    unclosed = [m.group(1) for m in OPENING.finditer(page) if m.start() not in closed]
+    if unclosed:
+        raise ValueError(f"the block(s) {', '.join(unclosed)} have no <!-- /figures --> line after their text "
+                         "(or hold another block's marker)")
 
 
 def rewrite(page: str, figures_dir: str) -> Tuple[str, List[str]]:
     """``page`` with every figures block's body replaced by its file's rendering, and the blocks
     that changed (by name).
 
-    :raises ValueError: a block names a file that is missing or unreadable."""
+    :raises ValueError: an opening marker without its closing one (nothing is rewritten then),
+        or a block naming a file that is missing or unreadable."""
+    _closed(page)
     changed: List[str] = []
 
     def fill(m: "re.Match[str]") -> str:
@@ -201,15 +238,25 @@ def rewrite(page: str, figures_dir: str) -> Tuple[str, List[str]]:
     return BLOCK.sub(fill, page), changed
 
 
+def _page(root: str, rel: str) -> str:
+    try:
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise ValueError(f"{rel}: cannot read the page that quotes the figures (run from the repository root): "
+                         f"{e.strerror}") from e
+
+
 def check(root: str = ".") -> List[str]:
     """Every page's blocks against their files: one message per block that differs, per block
-    whose file is missing, per figures file no page quotes. Empty: all agree."""
+    without its closing marker or its file, per figures file no page quotes. Empty: all agree.
+
+    :raises ValueError: a page cannot be read."""
     problems: List[str] = []
     quoted = set()
     for rel in PAGES:
-        with open(os.path.join(root, rel), encoding="utf-8") as f:
-            page = f.read()
-        quoted |= {m.group("name") for m in BLOCK.finditer(page)}
+        page = _page(root, rel)
+        quoted |= set(OPENING.findall(page))
         try:
             _, changed = rewrite(page, os.path.join(root, FIGURES_DIR))
         except ValueError as e:
@@ -219,20 +266,30 @@ def check(root: str = ".") -> List[str]:
                      "(run python -m meshtest figures; never edit a figure by hand)" for n in changed]
     here = os.path.join(root, FIGURES_DIR)
     files = {n[:-5] for n in os.listdir(here) if n.endswith(".json")} if os.path.isdir(here) else set()
-    problems += [f"{FIGURES_DIR}/{n}.json: no page quotes it (a <!-- figures: {n} --> block)"
+    problems += [f"{FIGURES_DIR}/{n}.json: no page quotes it (add a <!-- figures: {n} --> block, or remove the file)"
                  for n in sorted(files - quoted)]
     return problems
 
 
 def cmd_figures(add: Sequence[Tuple[str, str]] = (), only_check: bool = False, root: str = ".") -> int:
-    """``python -m meshtest figures [--add ARTIFACT NAME]... [--check]``: copy each artifact to
-    ``docs/figures/NAME.json``, then rewrite the pages' blocks (``only_check``: compare only).
-    Exit 0; 1 when ``only_check`` finds a difference (each named on stderr); 2 on an unreadable file."""
+    """``python -m meshtest figures [--add ARTIFACT NAME]... | --check``: copy each artifact to
+    ``docs/figures/NAME.json`` (each checked first: nothing is copied when one is bad), then rewrite
+    the pages' blocks (nothing is written when a page has a block without its closing marker).
+    ``only_check``: compare only (not with ``add``).
+
+    :returns: 0 done (a figures file no page quotes is a note on stderr); 1 ``only_check`` found
+        a difference (each named on stderr); 2 bad input: an unreadable artifact or page, a NAME
+        that is not a file name, a block without its end or its file, ``add`` with ``only_check``."""
     try:
+        if add and only_check:
+            raise ValueError("--check only compares; run --add without it, then --check")
+        for rel in PAGES:
+            _closed(_page(root, rel))
         for src, name in add:
+            if not NAME.match(name):
+                raise ValueError(f"NAME {name!r}: letters, digits, '_', '.', '-' only "
+                                 f"(it becomes {FIGURES_DIR}/NAME.json and the marker <!-- figures: NAME -->)")
             read(src)
-            os.makedirs(os.path.join(root, FIGURES_DIR), exist_ok=True)
-            shutil.copyfile(src, os.path.join(root, FIGURES_DIR, name + ".json"))
         if only_check:
             problems = check(root)
             for p in problems:
@@ -240,18 +297,18 @@ def cmd_figures(add: Sequence[Tuple[str, str]] = (), only_check: bool = False, r
             if not problems:
                 print(f"meshtest: every figures block of {', '.join(PAGES)} is its file's rendering")
             return 1 if problems else 0
+        for src, name in add:
+            os.makedirs(os.path.join(root, FIGURES_DIR), exist_ok=True)
+            shutil.copyfile(src, os.path.join(root, FIGURES_DIR, name + ".json"))
         for rel in PAGES:
-            path = os.path.join(root, rel)
-            with open(path, encoding="utf-8") as f:
-                page = f.read()
-            new, changed = rewrite(page, os.path.join(root, FIGURES_DIR))
+            new, changed = rewrite(_page(root, rel), os.path.join(root, FIGURES_DIR))
             if changed:
-                with open(path, "w", encoding="utf-8") as f:
+                with open(os.path.join(root, rel), "w", encoding="utf-8") as f:
                     f.write(new)
                 print(f"meshtest: {rel}: rewrote {', '.join(changed)}")
+        for p in check(root):
+            print(f"meshtest: note: {p}", file=sys.stderr)
     except ValueError as e:
         print(f"meshtest: {e}", file=sys.stderr)
         return 2
-    for p in check(root):
-        print(f"meshtest: note: {p}", file=sys.stderr)
     return 0
